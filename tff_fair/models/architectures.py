@@ -1,0 +1,161 @@
+"""Reference Keras architectures used across tff_fair.
+
+Every builder returns a fresh, uncompiled `tf.keras.Model` that outputs
+logits: `tff.learning.models.from_keras_model` needs a new model inside each
+`model_fn` call, and the loss is always applied `from_logits=True`.
+
+The architectures follow the source documents' experiments:
+
+* `lenet`: LeNet-5 style CNN for small grayscale images (28x28 Fashion-MNIST,
+  MNIST, FEMNIST; also 8x8 digits thanks to 'same' padding).
+* `cifar_cnn`: the usual FL CIFAR-10 CNN (conv32-conv64-conv64, dense 64).
+* `text_cnn`: Kim-style sentence CNN (embedding, parallel 1-D convolutions
+  of widths 3/4/5, max-over-time pooling) for SST-2.
+* `char_lstm`: TFF's Shakespeare next-character model (embedding 8, two
+  LSTM layers of 256 units).
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Optional
+
+import tensorflow as tf
+
+ModelBuilder = Callable[[], tf.keras.Model]
+
+
+def _seeded(seed: Optional[int]) -> Callable[[int], Optional[int]]:
+  """Returns a function giving each layer its own seed derived from `seed`."""
+  if seed is None:
+    return lambda _: None
+  return lambda index: seed * 1000 + index
+
+
+def lenet(
+    input_shape: Sequence[int] = (28, 28, 1),
+    num_classes: int = 10,
+    seed: Optional[int] = None,
+) -> tf.keras.Model:
+  """LeNet-5 style CNN: conv6-pool-conv16-pool-fc120-fc84-logits."""
+  layer_seed = _seeded(seed)
+  init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=tuple(input_shape)),
+      tf.keras.layers.Conv2D(
+          6, 5, padding='same', activation='relu', kernel_initializer=init(0)
+      ),
+      tf.keras.layers.MaxPool2D(2, padding='same'),
+      tf.keras.layers.Conv2D(
+          16, 5, padding='same', activation='relu', kernel_initializer=init(1)
+      ),
+      tf.keras.layers.MaxPool2D(2, padding='same'),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(120, activation='relu', kernel_initializer=init(2)),
+      tf.keras.layers.Dense(84, activation='relu', kernel_initializer=init(3)),
+      tf.keras.layers.Dense(num_classes, kernel_initializer=init(4)),
+  ])
+
+
+def cifar_cnn(
+    input_shape: Sequence[int] = (32, 32, 3),
+    num_classes: int = 10,
+    seed: Optional[int] = None,
+) -> tf.keras.Model:
+  """CIFAR-10 CNN: conv32-pool-conv64-pool-conv64-fc64-logits."""
+  layer_seed = _seeded(seed)
+  init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=tuple(input_shape)),
+      tf.keras.layers.Conv2D(
+          32, 3, activation='relu', kernel_initializer=init(0)
+      ),
+      tf.keras.layers.MaxPool2D(2),
+      tf.keras.layers.Conv2D(
+          64, 3, activation='relu', kernel_initializer=init(1)
+      ),
+      tf.keras.layers.MaxPool2D(2),
+      tf.keras.layers.Conv2D(
+          64, 3, activation='relu', kernel_initializer=init(2)
+      ),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(64, activation='relu', kernel_initializer=init(3)),
+      tf.keras.layers.Dense(num_classes, kernel_initializer=init(4)),
+  ])
+
+
+def text_cnn(
+    sequence_length: int,
+    vocab_size: int,
+    num_classes: int = 2,
+    embedding_dim: int = 64,
+    filters: int = 64,
+    kernel_sizes: Sequence[int] = (3, 4, 5),
+    seed: Optional[int] = None,
+) -> tf.keras.Model:
+  """Kim (2014) style sentence CNN over token ids (0 is padding)."""
+  layer_seed = _seeded(seed)
+  tokens = tf.keras.Input(shape=(sequence_length,), dtype=tf.int32)
+  embedded = tf.keras.layers.Embedding(
+      vocab_size,
+      embedding_dim,
+      embeddings_initializer=tf.keras.initializers.RandomUniform(
+          -0.05, 0.05, seed=layer_seed(0)
+      ),
+  )(tokens)
+  pooled = []
+  for i, size in enumerate(kernel_sizes):
+    conv = tf.keras.layers.Conv1D(
+        filters,
+        size,
+        activation='relu',
+        padding='same',
+        kernel_initializer=tf.keras.initializers.GlorotUniform(
+            seed=layer_seed(i + 1)
+        ),
+    )(embedded)
+    pooled.append(tf.keras.layers.GlobalMaxPool1D()(conv))
+  features = tf.keras.layers.Concatenate()(pooled)
+  logits = tf.keras.layers.Dense(
+      num_classes,
+      kernel_initializer=tf.keras.initializers.GlorotUniform(
+          seed=layer_seed(len(kernel_sizes) + 1)
+      ),
+  )(features)
+  return tf.keras.Model(tokens, logits)
+
+
+def char_lstm(
+    sequence_length: int,
+    vocab_size: int,
+    embedding_dim: int = 8,
+    units: int = 256,
+    seed: Optional[int] = None,
+) -> tf.keras.Model:
+  """TFF's Shakespeare model: per-position next-character logits."""
+  layer_seed = _seeded(seed)
+  glorot = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
+  orthogonal = lambda i: tf.keras.initializers.Orthogonal(seed=layer_seed(i))
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(
+          input_shape=(sequence_length,), dtype=tf.int32
+      ),
+      tf.keras.layers.Embedding(
+          vocab_size,
+          embedding_dim,
+          embeddings_initializer=tf.keras.initializers.RandomUniform(
+              -0.05, 0.05, seed=layer_seed(0)
+          ),
+      ),
+      tf.keras.layers.LSTM(
+          units,
+          return_sequences=True,
+          kernel_initializer=glorot(1),
+          recurrent_initializer=orthogonal(2),
+      ),
+      tf.keras.layers.LSTM(
+          units,
+          return_sequences=True,
+          kernel_initializer=glorot(3),
+          recurrent_initializer=orthogonal(4),
+      ),
+      tf.keras.layers.Dense(vocab_size, kernel_initializer=glorot(5)),
+  ])
