@@ -60,8 +60,11 @@ def build_local_train_fn(
         variable.assign(value)
       return state
 
-    data.repeat(epochs).reduce(optimizer_state, step)
-    return weights
+    final_state = data.repeat(epochs).reduce(optimizer_state, step)
+    # Graph mode prunes what the result does not depend on: read the
+    # weights only after the training loop has run.
+    with tf.control_dependencies(tf.nest.flatten(final_state)):
+      return tf.nest.map_structure(tf.identity, weights)
 
   return train
 

@@ -46,44 +46,76 @@ def balanced_accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
 
 
 class ClientEvaluator:
-  """Evaluates model weights on arrays with one reusable Keras model."""
+  """Evaluates model weights on arrays, one Keras model per batch of work.
+
+  The Keras model is built anew for each `evaluate_clients` call rather than
+  once: building a model inside a graph (as TFF does whenever it traces a
+  computation) invalidates Keras models made before it.
+  """
 
   def __init__(
       self, build_keras: Callable[[Optional[int]], tf.keras.Model],
       batch_size: int = 512,
   ):
-    self._model = build_keras(None)
+    self._build_keras = build_keras
     self._batch_size = batch_size
-    self._logits = tf.function(lambda x: self._model(x, training=False))
 
   def evaluate(
       self, weights: ModelWeights, x: np.ndarray, y: np.ndarray
   ) -> ClientMetrics:
     """Loss, accuracy and balanced accuracy of `weights` on `(x, y)`."""
-    if len(y) == 0:
-      raise ValueError(
-          'Cannot evaluate on an empty test split; give every client test'
-          ' examples (raise test_fraction or examples_per_client).'
-      )
-    weights.assign_weights_to(self._model)
-    logits = np.concatenate([
-        self._logits(tf.constant(x[i:i + self._batch_size])).numpy()
-        for i in range(0, len(x), self._batch_size)
-    ])
-    labels = np.asarray(y)
-    mask = labels != 0 if labels.ndim > 1 else np.ones(labels.shape, bool)
-    flat_logits = logits[mask]
-    flat_labels = labels[mask]
-    losses = tf.keras.losses.sparse_categorical_crossentropy(
-        flat_labels, flat_logits, from_logits=True
-    ).numpy()
-    predictions = flat_logits.argmax(axis=-1)
-    return ClientMetrics(
-        loss=float(losses.mean()),
-        accuracy=float(np.mean(predictions == flat_labels)),
-        balanced_accuracy=balanced_accuracy(flat_labels, predictions),
-        num_examples=int(len(y)),
-    )
+    return self.evaluate_clients(weights, ['_'], lambda _: (x, y))['_']
+
+  def evaluate_clients(
+      self,
+      weights: WeightsSource,
+      client_ids: Iterable[str],
+      test_arrays: Callable[[str], tuple[np.ndarray, np.ndarray]],
+  ) -> dict[str, ClientMetrics]:
+    """Evaluates one global model, or one model per client, per client.
+
+    Args:
+      weights: One `ModelWeights` for all clients, a mapping client id ->
+        weights, or a callable returning a client's weights (e.g. reading a
+        disk-backed store lazily).
+      client_ids: Clients to evaluate.
+      test_arrays: `client_id -> (x, y)` of that client's own test split.
+
+    Returns:
+      Client id -> `ClientMetrics`, in the order of `client_ids`.
+    """
+    model = self._build_keras(None)
+    logits_fn = tf.function(lambda x: model(x, training=False))
+    results = {}
+    for cid in client_ids:
+      x, y = test_arrays(cid)
+      if len(y) == 0:
+        raise ValueError(
+            f'Client {cid!r} has an empty test split; give every client test'
+            ' examples (raise test_fraction or examples_per_client).'
+        )
+      _weights_for(weights, cid).assign_weights_to(model)
+      logits = np.concatenate([
+          logits_fn(tf.constant(x[i:i + self._batch_size])).numpy()
+          for i in range(0, len(x), self._batch_size)
+      ])
+      results[cid] = _metrics(logits, np.asarray(y))
+    return results
+
+
+def _metrics(logits: np.ndarray, labels: np.ndarray) -> ClientMetrics:
+  mask = labels != 0 if labels.ndim > 1 else np.ones(labels.shape, bool)
+  flat_logits, flat_labels = logits[mask], labels[mask]
+  losses = tf.keras.losses.sparse_categorical_crossentropy(
+      flat_labels, flat_logits, from_logits=True
+  ).numpy()
+  predictions = flat_logits.argmax(axis=-1)
+  return ClientMetrics(
+      loss=float(losses.mean()),
+      accuracy=float(np.mean(predictions == flat_labels)),
+      balanced_accuracy=balanced_accuracy(flat_labels, predictions),
+      num_examples=int(len(labels)),
+  )
 
 
 def _weights_for(source: WeightsSource, client_id: str) -> ModelWeights:
@@ -94,31 +126,6 @@ def _weights_for(source: WeightsSource, client_id: str) -> ModelWeights:
       raise KeyError(f'No model weights for client {client_id!r}.')
     return source[client_id]
   return source(client_id)
-
-
-def evaluate_clients(
-    evaluator: ClientEvaluator,
-    weights: WeightsSource,
-    client_ids: Iterable[str],
-    test_arrays: Callable[[str], tuple[np.ndarray, np.ndarray]],
-) -> dict[str, ClientMetrics]:
-  """Evaluates one global model, or one model per client, per client.
-
-  Args:
-    evaluator: A `ClientEvaluator` for the architecture.
-    weights: One `ModelWeights` for all clients, a mapping client id ->
-      weights, or a callable returning a client's weights (e.g. reading a
-      disk-backed store lazily).
-    client_ids: Clients to evaluate.
-    test_arrays: `client_id -> (x, y)` of that client's own test split.
-
-  Returns:
-    Client id -> `ClientMetrics`, in the order of `client_ids`.
-  """
-  return {
-      cid: evaluator.evaluate(_weights_for(weights, cid), *test_arrays(cid))
-      for cid in client_ids
-  }
 
 
 def summarize_clients(

@@ -202,3 +202,16 @@ def local_context(max_concurrent_computation_calls: int = -1):
     )
     gc.collect()
     worker.close()
+
+
+def _replace_import_time_context() -> None:
+  """Swaps TFF's import-time default context for an idle one of ours.
+
+  TFF's own default would start a worker on first use whose clean-up fails
+  at interpreter exit, leaving it running; ours ends it at exit.
+  """
+  tff.framework.set_default_context(create_context(LocalWorker()))
+  gc.collect()
+
+
+_replace_import_time_context()
