@@ -85,10 +85,15 @@ class ClientEvaluator:
       Client id -> `ClientMetrics`, in the order of `client_ids`.
     """
     model = self._build_keras(None)
-    logits_fn = tf.function(lambda x: model(x, training=False))
+    logits_fn = None
     results = {}
     for cid in client_ids:
       x, y = test_arrays(cid)
+      if logits_fn is None:
+        # Clients' test sets differ in size: one trace for every batch size.
+        logits_fn = tf.function(
+            lambda batch: model(batch, training=False),
+            input_signature=[tf.TensorSpec([None, *x.shape[1:]], x.dtype)])
       if len(y) == 0:
         raise ValueError(
             f'Client {cid!r} has an empty test split; give every client test'

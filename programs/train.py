@@ -1,0 +1,101 @@
+r"""Trains a tff_fair algorithm on a federated data set; resumable.
+
+Example (the README's main job):
+
+  python -m programs.train --algorithm=fedavg --dataset=fashion_mnist \
+      --partition=dirichlet --alpha=0.5 --num_clients=10 --rounds=5 \
+      --output_dir=runs/demo
+
+Re-running the same command after an interruption resumes from the last
+completed round. See tff_fair/training/driver.py for the output layout.
+"""
+
+import dataclasses
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from tff_fair import data as data_lib
+from tff_fair.runtime import local as local_runtime
+from tff_fair.training import config as config_lib
+from tff_fair.training import driver
+from tff_fair.training import log_filter
+
+_DEFAULTS = config_lib.RunConfig(output_dir='unused')
+
+flags.DEFINE_enum('algorithm', _DEFAULTS.algorithm, config_lib.ALGORITHMS,
+                  'Training algorithm.')
+flags.DEFINE_string('dataset', _DEFAULTS.dataset,
+                    'fashion_mnist, mnist, cifar10, femnist, shakespeare,'
+                    ' sst2 or digits.')
+flags.DEFINE_string('data_dir', '', 'Data directory; default'
+                    ' $TFF_FAIR_DATA_DIR (layout: see README).')
+flags.DEFINE_enum('partition', _DEFAULTS.partition, config_lib.PARTITIONS,
+                  'How examples are split among clients.')
+flags.DEFINE_float('alpha', _DEFAULTS.alpha, 'Dirichlet concentration.')
+flags.DEFINE_float('kappa', _DEFAULTS.kappa,
+                   'quantity_skew: share of data held by the large clients.')
+flags.DEFINE_integer('quantity_clients', _DEFAULTS.quantity_clients,
+                     'quantity_skew: number of large clients.')
+flags.DEFINE_integer('classes_per_client', _DEFAULTS.classes_per_client,
+                     'label_skew: classes per client (#C=m).')
+flags.DEFINE_integer('num_clients', _DEFAULTS.num_clients, 'Clients.')
+flags.DEFINE_integer('clients_per_round', None,
+                     'Clients sampled per round (default: all).')
+flags.DEFINE_integer('examples_per_client', 0,
+                     'Cap on each client\'s examples (0: no cap).')
+flags.DEFINE_float('validation_fraction', _DEFAULTS.validation_fraction,
+                   'Share of each client\'s data held out for validation.')
+flags.DEFINE_float('test_fraction', _DEFAULTS.test_fraction,
+                   'Share of each client\'s data held out for testing.')
+flags.DEFINE_integer('rounds', _DEFAULTS.rounds, 'Federated rounds.')
+flags.DEFINE_integer('local_epochs', _DEFAULTS.local_epochs,
+                     'Client epochs per round.')
+flags.DEFINE_integer('batch_size', _DEFAULTS.batch_size, 'Batch size.')
+flags.DEFINE_enum('client_optimizer', _DEFAULTS.client_optimizer,
+                  config_lib.OPTIMIZERS, 'Client optimizer.')
+flags.DEFINE_float('client_learning_rate', _DEFAULTS.client_learning_rate,
+                   'Client learning rate.')
+flags.DEFINE_enum('server_optimizer', _DEFAULTS.server_optimizer,
+                  config_lib.OPTIMIZERS, 'Server optimizer.')
+flags.DEFINE_float('server_learning_rate', _DEFAULTS.server_learning_rate,
+                   'Server learning rate.')
+flags.DEFINE_integer('finetune_epochs', _DEFAULTS.finetune_epochs,
+                     'fedavg_ft: local fine-tuning epochs.')
+flags.DEFINE_string('model', '', 'Architecture (default: per data set).')
+flags.DEFINE_integer('eval_every', _DEFAULTS.eval_every,
+                     'Evaluate every client every N rounds (0: at the end).')
+flags.DEFINE_integer('seed', _DEFAULTS.seed, 'Random seed.')
+flags.DEFINE_string('output_dir', None, 'Checkpoints and results.')
+flags.DEFINE_integer('max_concurrent_computation_calls', -1,
+                     'TFF worker concurrency (-1: unlimited).')
+flags.mark_flag_as_required('output_dir')
+
+FLAGS = flags.FLAGS
+
+
+def config_from_flags() -> config_lib.RunConfig:
+  names = [f.name for f in dataclasses.fields(config_lib.RunConfig)]
+  values = {name: FLAGS[name].value for name in names}
+  if values['clients_per_round'] is None:
+    values['clients_per_round'] = values['num_clients']
+  return config_lib.RunConfig(**values)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  log_filter.keep_info_logs_of_tff_fair_only()
+  try:
+    config = config_from_flags()
+    with local_runtime.local_context(FLAGS.max_concurrent_computation_calls):
+      driver.run(config)
+  except (config_lib.ConfigError, data_lib.DataError) as e:
+    logging.error('%s', e)
+    sys.exit(2)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,381 @@
+"""Tests for tff_fair.data.federated.
+
+Most tests use scikit-learn's bundled digits (offline, 1,797 examples). The
+natural-partition tests read FEMNIST and Shakespeare from
+`TFF_FAIR_DATA_DIR` and fail without it. Nothing here executes a
+federated computation, so no TFF worker process is started.
+"""
+
+import collections
+import os
+from unittest import mock
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_fair.data import federated
+from tff_fair.data import partition as partition_lib
+from tff_fair.data import sources
+
+_DATA_DIR = os.environ.get(sources.DATA_DIR_ENV)
+_DIGITS = sources.load_source('digits')
+
+
+def _build(**kwargs):
+  defaults = dict(partition='homogeneous', num_clients=8, seed=0)
+  defaults.update(kwargs)
+  return federated.build_federated_data(_DIGITS, **defaults)
+
+
+def _total(data) -> int:
+  return sum(
+      data.num_examples(c, s) for c in data.client_ids for s in federated.SPLITS
+  )
+
+
+def _sequence_source(n=40, length=5):
+  """A tiny Shakespeare-like source with (N, length) targets and groups."""
+  x = np.arange(n * length, dtype=np.int32).reshape(n, length) % 90
+  return sources.Source(
+      name='toy_sequences',
+      x=x,
+      y=(x + 1) % 90,
+      num_classes=90,
+      is_test=np.arange(n) % 5 == 0,
+      groups=np.arange(n) % 4,
+      group_names=('a', 'b', 'c', 'd'),
+  )
+
+
+class SplitTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      ('homogeneous', {}),
+      ('dirichlet', {'alpha': 0.5}),
+      ('quantity_skew', {'kappa': 0.5, 'm': 2}),
+      ('label_skew', {'classes_per_client': 3}),
+  )
+  def test_splits_disjoint_within_pool_and_sized(self, partition, params):
+    data = _build(partition=partition, **params)
+    self.assertLen(data.client_ids, 8)
+    self.assertEqual(data.client_ids[0], 'client_0000')
+    seen = []
+    for client_id in data.client_ids:
+      splits = data.splits[client_id]
+      pool = np.concatenate([splits.train, splits.validation, splits.test])
+      self.assertLen(np.unique(pool), len(pool))  # Disjoint splits.
+      n = len(pool)
+      self.assertEqual(len(splits.test), int(np.floor(0.2 * n + 0.5)))
+      self.assertEqual(len(splits.validation), int(np.floor(0.1 * n + 0.5)))
+      self.assertGreater(len(splits.train), 0)
+      seen.append(pool)
+    seen = np.concatenate(seen)
+    self.assertLen(np.unique(seen), len(seen))  # Clients disjoint.
+
+  def test_splits_match_partition_pool(self):
+    data = _build(partition='dirichlet', alpha=0.3, seed=5)
+    pools = partition_lib.dirichlet(_DIGITS.y, 8, 0.3, seed=5)
+    for client_id, pool in zip(data.client_ids, pools):
+      splits = data.splits[client_id]
+      joined = np.concatenate([splits.train, splits.validation, splits.test])
+      np.testing.assert_array_equal(np.sort(joined), pool)
+
+  def test_splits_are_stratified(self):
+    data = _build(num_clients=2, validation_fraction=0.2, test_fraction=0.3)
+    for client_id in data.client_ids:
+      splits = data.splits[client_id]
+      pool = np.concatenate([splits.train, splits.validation, splits.test])
+      per_class = np.bincount(_DIGITS.y[pool], minlength=10)
+      for split, fraction in (('test', 0.3), ('validation', 0.2)):
+        counts = np.bincount(
+            _DIGITS.y[splits.get(split)], minlength=10
+        )
+        self.assertLessEqual(
+            float(np.abs(counts - fraction * per_class).max()), 1.0
+        )
+
+  def test_examples_per_client_caps_pool(self):
+    data = _build(num_clients=4, examples_per_client=100)
+    for client_id in data.client_ids:
+      total = sum(data.num_examples(client_id, s) for s in federated.SPLITS)
+      self.assertEqual(total, 100)
+      self.assertEqual(data.num_examples(client_id, 'test'), 20)
+      self.assertEqual(data.num_examples(client_id, 'validation'), 10)
+      self.assertEqual(data.num_examples(client_id, 'train'), 70)
+
+  def test_cap_larger_than_pool_keeps_pool(self):
+    data = _build(num_clients=4, examples_per_client=10_000)
+    self.assertEqual(_total(data), _DIGITS.num_examples)
+
+  def test_deterministic_by_seed(self):
+    first = _build(partition='dirichlet', alpha=0.5, seed=3)
+    again = _build(partition='dirichlet', alpha=0.5, seed=3)
+    other = _build(partition='dirichlet', alpha=0.5, seed=4)
+    for client_id in first.client_ids:
+      for split in federated.SPLITS:
+        np.testing.assert_array_equal(
+            first.indices(client_id, split), again.indices(client_id, split)
+        )
+    self.assertFalse(
+        all(
+            np.array_equal(first.indices(c, 'train'), other.indices(c, 'train'))
+            for c in first.client_ids
+        )
+    )
+
+  def test_arrays(self):
+    data = _build()
+    client_id = data.client_ids[2]
+    x, y = data.arrays(client_id, 'validation')
+    positions = data.indices(client_id, 'validation')
+    np.testing.assert_array_equal(x, _DIGITS.x[positions])
+    np.testing.assert_array_equal(y, _DIGITS.y[positions])
+    self.assertEqual(x.shape[1:], (8, 8, 1))
+
+  def test_partition_params_recorded(self):
+    data = _build(partition='dirichlet', alpha=0.5)
+    self.assertEqual(data.partition, 'dirichlet')
+    self.assertEqual(data.partition_params['alpha'], 0.5)
+    self.assertEqual(data.seed, 0)
+
+
+class NaturalTest(absltest.TestCase):
+
+  def test_natural_keeps_source_test_split(self):
+    source = _sequence_source()
+    data = federated.build_federated_data(
+        source, partition='natural', num_clients=None, seed=0,
+        validation_fraction=0.25,
+    )  # pyformat: disable
+    self.assertEqual(data.client_ids, ('a', 'b', 'c', 'd'))
+    for g, client_id in enumerate(data.client_ids):
+      splits = data.splits[client_id]
+      members = np.flatnonzero(source.groups == g)
+      np.testing.assert_array_equal(
+          splits.test, members[source.is_test[members]]
+      )
+      train_pool = members[~source.is_test[members]]
+      self.assertEqual(
+          len(splits.validation), int(np.floor(0.25 * len(train_pool) + 0.5))
+      )
+      np.testing.assert_array_equal(
+          np.sort(np.concatenate([splits.train, splits.validation])),
+          train_pool,
+      )
+
+  def test_natural_first_clients(self):
+    data = federated.build_federated_data(
+        _sequence_source(), partition='natural', num_clients=2, seed=0
+    )
+    self.assertEqual(data.client_ids, ('a', 'b'))
+
+  def test_femnist_writers(self):
+    source = sources.load_source('femnist', _DATA_DIR)
+    data = federated.build_federated_data(
+        source, partition='natural', num_clients=None, seed=0
+    )
+    self.assertLen(data.client_ids, 105)
+    self.assertEqual(data.client_ids, source.group_names)
+    total_test = sum(data.num_examples(c, 'test') for c in data.client_ids)
+    self.assertEqual(total_test, 1685)
+    self.assertEqual(_total(data), source.num_examples)
+
+  def test_femnist_cap_keeps_test_share(self):
+    source = sources.load_source('femnist', _DATA_DIR)
+    data = federated.build_federated_data(
+        source, partition='natural', num_clients=10, seed=0,
+        examples_per_client=50,
+    )  # pyformat: disable
+    for client_id in data.client_ids:
+      counts = [data.num_examples(client_id, s) for s in federated.SPLITS]
+      self.assertEqual(sum(counts), 50)
+      self.assertBetween(counts[2], 3, 8)  # ~10% test, as in the source.
+
+  def test_shakespeare_client_data(self):
+    source = sources.load_source('shakespeare', _DATA_DIR)
+    data = federated.build_federated_data(
+        source, partition='natural', num_clients=None, seed=0
+    )
+    self.assertLen(data.client_ids, 715)
+    client_data = data.client_data('train', batch_size=4)
+    spec = client_data.element_type_structure
+    self.assertEqual(spec['x'], tf.TensorSpec([None, 80], tf.int32))
+    self.assertEqual(spec['y'], tf.TensorSpec([None, 80], tf.int32))
+    client_id = data.client_ids[0]
+    batches = list(client_data.create_tf_dataset_for_client(client_id))
+    self.assertEqual(
+        sum(int(b['x'].shape[0]) for b in batches),
+        data.num_examples(client_id, 'train'),
+    )
+
+
+class ClientDataTest(parameterized.TestCase):
+
+  def test_unbatched_client_data(self):
+    data = _build()
+    client_data = data.client_data('test')
+    self.assertIsInstance(client_data, tff.simulation.datasets.ClientData)
+    self.assertEqual(client_data.client_ids, list(data.client_ids))
+    self.assertEqual(
+        client_data.element_type_structure,
+        collections.OrderedDict(
+            x=tf.TensorSpec([8, 8, 1], tf.float32),
+            y=tf.TensorSpec([], tf.int32),
+        ),
+    )
+    client_id = data.client_ids[5]
+    elements = list(client_data.create_tf_dataset_for_client(client_id))
+    self.assertLen(elements, data.num_examples(client_id, 'test'))
+    x, y = data.arrays(client_id, 'test')
+    np.testing.assert_array_equal(elements[0]['x'].numpy(), x[0])
+    self.assertEqual(int(elements[-1]['y']), int(y[-1]))
+
+  def test_batched_client_data(self):
+    data = _build()
+    client_data = data.client_data('train', batch_size=16)
+    self.assertEqual(
+        client_data.element_type_structure['x'],
+        tf.TensorSpec([None, 8, 8, 1], tf.float32),
+    )
+    client_id = data.client_ids[1]
+    sizes = [
+        int(b['y'].shape[0])
+        for b in client_data.create_tf_dataset_for_client(client_id)
+    ]
+    n = data.num_examples(client_id, 'train')
+    self.assertEqual(sum(sizes), n)
+    self.assertLen(sizes, -(-n // 16))
+
+  def test_all_clients_dataset_through_traced_path(self):
+    data = _build(num_clients=3)
+    client_data = data.client_data('validation', batch_size=5)
+    total = sum(
+        int(b['y'].shape[0])
+        for b in client_data.create_tf_dataset_from_all_clients(seed=0)
+    )
+    self.assertEqual(
+        total, sum(data.num_examples(c, 'validation') for c in data.client_ids)
+    )
+
+  def test_traced_dataset_matches_eager(self):
+    data = _build(num_clients=3)
+    client_data = data.client_data('train')
+    client_id = data.client_ids[1]
+
+    @tf.function
+    def first_label(cid):
+      return next(iter(client_data.serializable_dataset_fn(cid)))['y']
+
+    x, y = data.arrays(client_id, 'train')
+    del x
+    self.assertEqual(int(first_label(tf.constant(client_id))), int(y[0]))
+
+  def test_lazy_per_client(self):
+    data = _build(num_clients=6)
+    with mock.patch.object(
+        federated.FederatedData, 'dataset', autospec=True,
+        side_effect=federated.FederatedData.dataset,
+    ) as dataset:  # pyformat: disable
+      client_data = data.client_data('train')
+      # TFF builds the first client's dataset once to learn the element spec.
+      self.assertEqual(dataset.call_count, 1)
+      client_data.create_tf_dataset_for_client(data.client_ids[4])
+      self.assertEqual(dataset.call_count, 2)
+      self.assertEqual(dataset.call_args[0][1], data.client_ids[4])
+
+  def test_dataset_unbatched(self):
+    data = _build()
+    client_id = data.client_ids[0]
+    dataset = data.dataset(client_id, 'train')
+    self.assertEqual(dataset.element_spec['y'], tf.TensorSpec([], tf.int32))
+    self.assertEqual(
+        int(dataset.cardinality()), data.num_examples(client_id, 'train')
+    )
+
+  def test_bad_split_and_batch_size(self):
+    data = _build()
+    with self.assertRaisesRegex(ValueError, "Unknown split 'dev'"):
+      data.client_data('dev')
+    with self.assertRaisesRegex(ValueError, 'batch_size must be'):
+      data.client_data('train', batch_size=0)
+    with self.assertRaisesRegex(ValueError, "Unknown client 'nobody'"):
+      data.arrays('nobody', 'train')
+
+
+class SummaryTest(absltest.TestCase):
+
+  def test_summary_has_counts_and_histogram(self):
+    data = _build(num_clients=3)
+    text = data.summary()
+    lines = text.splitlines()
+    self.assertIn('source=digits partition=homogeneous', lines[0])
+    self.assertIn('train classes', lines[1])
+    for line, client_id in zip(lines[2:], data.client_ids):
+      counts = [data.num_examples(client_id, s) for s in federated.SPLITS]
+      self.assertEqual(line.split()[:4], [client_id] + [str(c) for c in counts])
+      histogram = np.bincount(
+          _DIGITS.y[data.indices(client_id, 'train')], minlength=10
+      )
+      self.assertIn(f'0:{histogram[0]} 1:{histogram[1]}', line)
+    self.assertTrue(lines[-1].startswith('total'))
+    self.assertEqual(
+        lines[-1].split()[1],
+        str(sum(data.num_examples(c, 'train') for c in data.client_ids)),
+    )
+
+  def test_summary_without_class_labels(self):
+    data = federated.build_federated_data(
+        _sequence_source(), partition='homogeneous', num_clients=2, seed=0
+    )
+    self.assertNotIn('classes', data.summary())
+
+
+class ErrorTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      (-0.1, 0.2, 'validation_fraction must be in'),
+      (0.1, 1.0, 'test_fraction must be in'),
+      (0.5, 0.5, 'leaves no training data'),
+  )
+  def test_bad_fractions(self, validation, test, message):
+    with self.assertRaisesRegex(ValueError, message):
+      _build(validation_fraction=validation, test_fraction=test)
+
+  def test_client_without_train_data(self):
+    with self.assertRaisesRegex(
+        ValueError,
+        r'Client client_0000 has 2 examples and 1 go to test and 1 to'
+        ' validation, which leaves no training example',
+    ):
+      _build(num_clients=4, examples_per_client=2, test_fraction=0.3,
+             validation_fraction=0.3)  # pyformat: disable
+
+  def test_natural_without_groups(self):
+    with self.assertRaisesRegex(ValueError, 'has no natural groups'):
+      _build(partition='natural')
+
+  @parameterized.parameters(
+      ('dirichlet', {'alpha': 0.5}),
+      ('label_skew', {'classes_per_client': 2}),
+  )
+  def test_label_partition_on_sequences(self, partition, params):
+    with self.assertRaisesRegex(ValueError, 'needs one class label'):
+      federated.build_federated_data(
+          _sequence_source(), partition=partition, num_clients=2, seed=0,
+          **params,
+      )  # pyformat: disable
+
+  def test_unknown_partition(self):
+    with self.assertRaisesRegex(ValueError, 'Unknown partition'):
+      _build(partition='iid')
+
+  def test_bad_cap(self):
+    with self.assertRaisesRegex(ValueError, 'examples_per_client must be'):
+      _build(examples_per_client=0)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,652 @@
+"""Tests for tff_fair.data.sources.
+
+Real-file tests read `TFF_FAIR_DATA_DIR` (e.g. the shared offline data) and
+Fashion-MNIST from `TFF_FAIR_FASHION_MNIST_DIR` or
+/usr/share/datasets/fashion-mnist; they fail when the files are missing
+(the test command provides them). Everything else builds small files in temporary directories.
+"""
+
+import collections
+import dataclasses
+import io
+import gzip
+import os
+import shutil
+import tarfile
+from unittest import mock
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+
+from tff_fair.data import sources
+
+_DATA_DIR = os.environ.get(sources.DATA_DIR_ENV)
+
+
+def _fashion_dir() -> str | None:
+  candidates = sources.fashion_mnist_dir_candidates(None)
+  return next(
+      (
+          c
+          for c in candidates
+          if os.path.isfile(os.path.join(c, 'train-images-idx3-ubyte.gz'))
+      ),
+      None,
+  )
+
+
+def _idx_bytes(array: np.ndarray) -> bytes:
+  """Encodes an array in IDX format (uint8 or >i4)."""
+  codes = {np.dtype('u1'): 0x08, np.dtype('>i4'): 0x0C}
+  header = bytes([0, 0, codes[array.dtype], array.ndim])
+  header += b''.join(int(d).to_bytes(4, 'big') for d in array.shape)
+  return header + array.tobytes()
+
+
+def _write_gz(path: str, payload: bytes) -> None:
+  with gzip.open(path, 'wb') as f:
+    f.write(payload)
+
+
+def _write_fake_idx_set(directory: str, splits=('train', 't10k'), n=6):
+  """Writes tiny (Fashion-)MNIST idx files; label i for image i % 10."""
+  os.makedirs(directory, exist_ok=True)
+  for split in splits:
+    images = (np.arange(n * 28 * 28) % 256).astype(np.uint8).reshape(n, 28, 28)
+    labels = (np.arange(n) % 10).astype(np.uint8)
+    _write_gz(
+        os.path.join(directory, f'{split}-images-idx3-ubyte.gz'),
+        _idx_bytes(images),
+    )
+    _write_gz(
+        os.path.join(directory, f'{split}-labels-idx1-ubyte.gz'),
+        _idx_bytes(labels),
+    )
+
+
+def _jpeg(value: int) -> bytes:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  image = np.full((32, 32, 3), value, np.uint8)
+  return tf.io.encode_jpeg(image, quality=100).numpy()
+
+
+def _write_fake_cifar_tar(directory: str, names_and_blobs) -> str:
+  os.makedirs(directory, exist_ok=True)
+  path = os.path.join(directory, 'cifar10_jpeg.tar')
+  with tarfile.open(path, 'w') as tar:
+    for name, blob in names_and_blobs:
+      info = tarfile.TarInfo(name)
+      info.size = len(blob)
+      tar.addfile(info, io.BytesIO(blob))
+  return path
+
+
+class RealFilesTest(parameterized.TestCase):
+  """Loaders on the real offline files; facts from the data README."""
+
+  def test_fashion_mnist(self):
+    directory = _fashion_dir()
+    self.assertIsNotNone(
+        directory, 'Fashion-MNIST idx files not found: apt-get install'
+        ' dataset-fashion-mnist or set TFF_FAIR_FASHION_MNIST_DIR.')
+    source = sources.load_source('fashion_mnist')
+    self.assertEqual(source.x.shape, (70000, 28, 28, 1))
+    self.assertEqual(source.x.dtype, np.float32)
+    self.assertEqual(source.y.dtype, np.int32)
+    self.assertEqual(source.x.min(), 0.0)
+    self.assertEqual(source.x.max(), 1.0)
+    self.assertEqual(int(source.is_test.sum()), 10000)
+    self.assertFalse(source.is_test[:60000].any())
+    # Fashion-MNIST is balanced: 6,000 train and 1,000 test per class.
+    np.testing.assert_array_equal(
+        np.bincount(source.y[~source.is_test]), [6000] * 10
+    )
+    np.testing.assert_array_equal(
+        np.bincount(source.y[source.is_test]), [1000] * 10
+    )
+    self.assertEqual(source.num_classes, 10)
+    self.assertIsNone(source.groups)
+
+  def test_mnist_test_set(self):
+    source = sources.load_source('mnist', _DATA_DIR)
+    self.assertEqual(source.x.shape, (10000, 28, 28, 1))
+    self.assertTrue(source.is_test.all())  # Only the t10k files exist.
+    np.testing.assert_array_equal(
+        source.y[:10], [7, 2, 1, 0, 4, 1, 4, 9, 5, 9]
+    )
+    np.testing.assert_array_equal(
+        np.bincount(source.y),
+        [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009],
+    )
+    self.assertAlmostEqual(float(source.x.mean(dtype=np.float64)), 0.1325, 4)
+
+  def test_femnist(self):
+    source = sources.load_source('femnist', _DATA_DIR)
+    self.assertEqual(source.x.shape, (14708 + 1685, 28, 28, 1))
+    self.assertEqual(int(source.is_test.sum()), 1685)
+    self.assertEqual(source.num_classes, 62)
+    self.assertLen(source.group_names, 105)
+    self.assertEqual(source.group_names[0][0], 'f')
+    train_y = source.y[~source.is_test]
+    test_y = source.y[source.is_test]
+    self.assertLen(np.unique(train_y), 62)
+    self.assertLen(np.unique(test_y), 62)
+    # README: 10,596 digits, 2,047 upper- and 2,065 lower-case in train.
+    self.assertEqual(int((train_y < 10).sum()), 10596)
+    self.assertEqual(int(((train_y >= 10) & (train_y < 36)).sum()), 2047)
+    self.assertEqual(int((train_y >= 36).sum()), 2065)
+    # Every writer has train and test samples.
+    for split in (False, True):
+      self.assertLen(np.unique(source.groups[source.is_test == split]), 105)
+    self.assertAlmostEqual(
+        float(source.x[~source.is_test].mean(dtype=np.float64)) * 255,
+        9.90,
+        places=2,
+    )
+
+  def test_shakespeare(self):
+    source = sources.load_source('shakespeare', _DATA_DIR)
+    self.assertLen(source.group_names, 715)
+    self.assertEqual(source.num_classes, 90)
+    self.assertEqual(source.x.shape[1:], (80,))
+    self.assertEqual(source.y.shape, source.x.shape)
+    self.assertEqual(source.x.dtype, np.int32)
+    self.assertEqual(source.y.dtype, np.int32)
+    np.testing.assert_array_equal(source.x[:, 1:], source.y[:, :-1])
+    self.assertBetween(int(source.x.max()), 1, 89)
+    windows = np.concatenate([source.x, source.y[:, -1:]], axis=1)
+    for is_test, snippets, characters in (
+        (False, 16068, 2359315),
+        (True, 2356, 339752),
+    ):
+      part = windows[source.is_test == is_test]
+      # One BOS per snippet, at the start of its first window.
+      bos = sources.SHAKESPEARE_BOS_ID
+      self.assertEqual(int((part == bos).sum()), snippets)
+      self.assertEqual(
+          int((part[:, 0] == sources.SHAKESPEARE_BOS_ID).sum()), snippets
+      )
+      # Every character of the README's count becomes one id in 1..87.
+      self.assertEqual(int(((part >= 1) & (part <= 87)).sum()), characters)
+      self.assertLen(np.unique(source.groups[source.is_test == is_test]), 715)
+
+  def test_shakespeare_matches_tff_preprocessing(self):
+    import h5py  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.simulation.baselines import client_spec  # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_preprocessing as tff_pre  # pylint: disable=g-import-not-at-top
+
+    self.assertEqual(tuple(tff_pre.CHAR_VOCAB), sources.SHAKESPEARE_CHAR_VOCAB)
+    self.assertEqual(
+        tff_pre.get_special_tokens(),
+        (
+            sources.SHAKESPEARE_PAD_ID,
+            sources.SHAKESPEARE_OOV_ID,
+            sources.SHAKESPEARE_BOS_ID,
+            sources.SHAKESPEARE_EOS_ID,
+        ),
+    )
+    role = 'ALL_S_WELL_THAT_ENDS_WELL_ADAM'
+    path = os.path.join(_DATA_DIR, 'shakespeare', 'shakespeare_train.h5')
+    with h5py.File(path, 'r') as f:
+      snippets = f['examples'][role]['snippets'][()]
+    preprocess = tff_pre.create_preprocess_fn(
+        client_spec.ClientSpec(
+            num_epochs=1, batch_size=10000, shuffle_buffer_size=1
+        )
+    )
+    tff_x, tff_y = next(
+        iter(
+            preprocess(
+                tf.data.Dataset.from_tensor_slices(
+                    collections.OrderedDict(snippets=snippets)
+                )
+            )
+        )
+    )
+    source = sources.load_source('shakespeare', _DATA_DIR)
+    mask = (source.groups == source.group_names.index(role)) & ~source.is_test
+    np.testing.assert_array_equal(source.x[mask], tff_x.numpy())
+    np.testing.assert_array_equal(source.y[mask], tff_y.numpy())
+
+  def test_sst2(self):
+    source = sources.load_source('sst2', _DATA_DIR)
+    self.assertEqual(source.x.shape, (6920 + 872 + 1821, 50))
+    self.assertEqual(source.x.dtype, np.int32)
+    self.assertEqual(int(source.is_test.sum()), 1821)
+    np.testing.assert_array_equal(np.bincount(source.y[:6920]), [3310, 3610])
+    np.testing.assert_array_equal(
+        np.bincount(source.y[6920:7792]), [428, 444]
+    )
+    np.testing.assert_array_equal(
+        np.bincount(source.y[source.is_test]), [912, 909]
+    )
+    num_tokens = source.metadata['num_tokens']
+    self.assertEqual(num_tokens, len(source.metadata['vocabulary']) + 2)
+    self.assertLess(int(source.x.max()), num_tokens)
+    # The vocabulary comes from train only: every train token is known...
+    self.assertFalse((source.x[:6920] == sources.SST2_OOV_ID).any())
+    # ...while dev/test contain unseen words.
+    self.assertTrue((source.x[6920:] == sources.SST2_OOV_ID).any())
+    # First train sentence decodes back to its tokens.
+    with open(os.path.join(_DATA_DIR, 'sst2', 'stsa.binary.train')) as f:
+      label, text = f.readline().rstrip('\n').split(' ', 1)
+    vocabulary = source.metadata['vocabulary']
+    decoded = [vocabulary[i - 2] for i in source.x[0] if i >= 2]
+    self.assertEqual(decoded, text.split()[:50])
+    self.assertEqual(int(source.y[0]), int(label))
+
+  def test_cifar10_subset(self):
+    cache_dir = self.create_tempdir().full_path
+    source = sources.load_source(
+        'cifar10', _DATA_DIR, max_examples=60, cache_dir=cache_dir
+    )
+    self.assertEqual(source.x.shape, (60, 32, 32, 3))
+    self.assertEqual(source.x.dtype, np.float32)
+    self.assertBetween(float(source.x.min()), 0.0, 1.0)
+    self.assertBetween(float(source.x.max()), 0.0, 1.0)
+    self.assertBetween(float(source.x.mean()), 0.3, 0.6)
+    # 3 per (split, class): stratified first-k.
+    for is_test in (False, True):
+      np.testing.assert_array_equal(
+          np.bincount(source.y[source.is_test == is_test], minlength=10),
+          [3] * 10,
+      )
+    self.assertFalse(source.is_test[:30].any())  # Train first.
+    self.assertEmpty(os.listdir(cache_dir))  # Subsets are never cached.
+
+  def test_digits(self):
+    source = sources.load_source('digits')
+    self.assertEqual(source.x.shape, (1797, 8, 8, 1))
+    self.assertEqual(source.x.dtype, np.float32)
+    self.assertEqual(float(source.x.max()), 1.0)
+    self.assertFalse(source.is_test.any())
+    self.assertEqual(source.num_classes, 10)
+
+  def test_max_examples_keeps_every_writer(self):
+    source = sources.load_source('femnist', _DATA_DIR, max_examples=420)
+    self.assertEqual(source.num_examples, 420)
+    # 2 per (split, writer) strata round-robin: every writer in both splits.
+    for split in (False, True):
+      self.assertLen(np.unique(source.groups[source.is_test == split]), 105)
+
+
+class ErrorTest(parameterized.TestCase):
+
+  def test_unknown_name(self):
+    with self.assertRaisesRegex(
+        sources.DataError, r"Unknown data set 'emnist'.*Valid names: fashion"
+    ):
+      sources.load_source('emnist')
+
+  def test_no_data_dir(self):
+    with mock.patch.dict(os.environ, {sources.DATA_DIR_ENV: ''}):
+      with self.assertRaisesRegex(
+          sources.DataError, 'No data directory given.*TFF_FAIR_DATA_DIR'
+      ):
+        sources.load_source('mnist')
+
+  def test_missing_dataset_directory(self):
+    root = self.create_tempdir().full_path
+    with self.assertRaisesRegex(
+        sources.DataError, r'Directory .*femnist not found.*data_dir'
+    ):
+      sources.load_source('femnist', root)
+
+  @parameterized.parameters(
+      ('mnist', 'mnist', 'MNIST file t10k-images-idx3-ubyte.gz not found'),
+      ('femnist', 'femnist', 'FEMNIST file femnist_partial.npz not found'),
+      ('cifar10', 'cifar10', 'CIFAR-10 file cifar10_jpeg.tar not found'),
+      ('sst2', 'sst2', 'SST-2 file stsa.binary.train not found'),
+      ('shakespeare', 'shakespeare', 'shakespeare_train.h5 not found'),
+  )
+  def test_missing_file(self, name, subdir, message):
+    root = self.create_tempdir()
+    root.mkdir(subdir)
+    with self.assertRaisesRegex(sources.DataError, message):
+      sources.load_source(name, root.full_path)
+
+  def test_missing_fashion_mnist_file_says_how_to_fix(self):
+    root = self.create_tempdir().full_path
+    directory = os.path.join(root, 'fashion-mnist')
+    _write_fake_idx_set(directory)
+    os.remove(os.path.join(directory, 'train-images-idx3-ubyte.gz'))
+    with self.assertRaisesRegex(
+        sources.DataError,
+        'Fashion-MNIST file train-images-idx3-ubyte.gz not found in'
+        f' {directory}. Install the Debian package .apt-get install'
+        ' dataset-fashion-mnist., set TFF_FAIR_FASHION_MNIST_DIR, or pass'
+        ' use_tfds=True',
+    ):
+      sources.load_source('fashion_mnist', root)
+
+  def _mnist_copy(self) -> tuple[str, str]:
+    """Temp data dir with mnist/ holding tiny valid t10k files."""
+    root = self.create_tempdir().full_path
+    directory = os.path.join(root, 'mnist')
+    _write_fake_idx_set(directory, splits=('t10k',))
+    return root, directory
+
+  def test_truncated_real_gzip(self):
+    root = self.create_tempdir().full_path
+    directory = os.path.join(root, 'mnist')
+    os.makedirs(directory)
+    for name in ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz'):
+      shutil.copy(os.path.join(_DATA_DIR, 'mnist', name), directory)
+    labels = os.path.join(directory, 't10k-labels-idx1-ubyte.gz')
+    with open(labels, 'rb') as f:
+      payload = f.read()
+    with open(labels, 'wb') as f:
+      f.write(payload[: len(payload) // 2])
+    with self.assertRaisesRegex(
+        sources.DataError,
+        r'Could not decompress .*t10k-labels-idx1-ubyte.gz.*corrupt or'
+        ' truncated',
+    ):
+      sources.load_source('mnist', root)
+
+  def test_idx_payload_shorter_than_header(self):
+    root, directory = self._mnist_copy()
+    path = os.path.join(directory, 't10k-images-idx3-ubyte.gz')
+    with gzip.open(path, 'rb') as f:
+      raw = f.read()
+    _write_gz(path, raw[:-100])
+    with self.assertRaisesRegex(
+        sources.DataError,
+        r't10k-images-idx3-ubyte.gz holds \d+ bytes but its IDX header'
+        r' \(6, 28, 28\) needs \d+',
+    ):
+      sources.load_source('mnist', root)
+
+  def test_idx_bad_magic(self):
+    path = os.path.join(self.create_tempdir().full_path, 'x-idx1-ubyte')
+    with open(path, 'wb') as f:
+      f.write(b'\x12\x34\x08\x01' + bytes(8))
+    with self.assertRaisesRegex(sources.DataError, 'not an IDX file'):
+      sources.read_idx(path)
+
+  def test_read_idx_round_trip(self):
+    path = os.path.join(self.create_tempdir().full_path, 'a.idx')
+    array = np.arange(24, dtype='>i4').reshape(2, 3, 4)
+    with open(path, 'wb') as f:
+      f.write(_idx_bytes(array))
+    result = sources.read_idx(path)
+    np.testing.assert_array_equal(result, array)
+    self.assertTrue(result.dtype.isnative)
+
+  def test_mnist_with_only_one_train_file(self):
+    root, directory = self._mnist_copy()
+    _write_fake_idx_set(directory, splits=('train',))
+    os.remove(os.path.join(directory, 'train-labels-idx1-ubyte.gz'))
+    with self.assertRaisesRegex(sources.DataError, 'Only one of the MNIST'):
+      sources.load_source('mnist', root)
+
+  def test_mnist_uses_train_files_when_present(self):
+    root, directory = self._mnist_copy()
+    _write_fake_idx_set(directory, splits=('train',), n=4)
+    source = sources.load_source('mnist', root)
+    np.testing.assert_array_equal(source.is_test, [False] * 4 + [True] * 6)
+
+  def test_use_tfds_unsupported_name(self):
+    with self.assertRaisesRegex(sources.DataError, 'use_tfds supports'):
+      sources.load_source('femnist', use_tfds=True)
+
+  @parameterized.parameters(0, -3, 2.5)
+  def test_bad_max_examples(self, value):
+    with self.assertRaisesRegex(sources.DataError, 'max_examples must be'):
+      sources.load_source('digits', max_examples=value)
+
+  def test_sst2_malformed_line(self):
+    root = self.create_tempdir()
+    directory = root.mkdir('sst2')
+    directory.create_file('stsa.binary.train', '1 good film\n7 what\n')
+    for split in ('dev', 'test'):
+      directory.create_file(f'stsa.binary.{split}', '0 bad\n')
+    with self.assertRaisesRegex(
+        sources.DataError, r'stsa.binary.train:2: expected "<0\|1> <sentence>"'
+    ):
+      sources.load_source('sst2', root.full_path)
+
+  def test_femnist_missing_arrays(self):
+    root = self.create_tempdir()
+    root.mkdir('femnist')
+    np.savez(
+        os.path.join(root.full_path, 'femnist', 'femnist_partial.npz'),
+        x_train=np.zeros((1, 28, 28), np.uint8),
+    )
+    with self.assertRaisesRegex(
+        sources.DataError, r'lacks the arrays .*y_train'
+    ):
+      sources.load_source('femnist', root.full_path)
+
+  def test_shakespeare_wrong_layout(self):
+    import h5py  # pylint: disable=g-import-not-at-top
+
+    root = self.create_tempdir()
+    root.mkdir('shakespeare')
+    for split in ('train', 'test'):
+      path = os.path.join(
+          root.full_path, 'shakespeare', f'shakespeare_{split}.h5'
+      )
+      with h5py.File(path, 'w') as f:
+        f.create_dataset('other', data=np.zeros(3))
+    with self.assertRaisesRegex(sources.DataError, 'has no /examples group'):
+      sources.load_source('shakespeare', root.full_path)
+
+  def test_cifar_bad_member_name(self):
+    root = self.create_tempdir().full_path
+    _write_fake_cifar_tar(
+        os.path.join(root, 'cifar10'), [('train/unicorn/0000.jpg', _jpeg(5))]
+    )
+    with self.assertRaisesRegex(
+        sources.DataError, "Unexpected member 'train/unicorn"
+    ):
+      sources.load_source('cifar10', root, cache_dir=root)
+
+  def test_cifar_corrupt_jpeg(self):
+    root = self.create_tempdir().full_path
+    _write_fake_cifar_tar(
+        os.path.join(root, 'cifar10'),
+        [('train/cat/0000.jpg', b'not a jpeg at all')],
+    )
+    with self.assertRaisesRegex(sources.DataError, 'could not be decoded'):
+      sources.load_source('cifar10', root, cache_dir=root)
+
+  def test_source_length_mismatch(self):
+    with self.assertRaisesRegex(sources.DataError, 'same length'):
+      sources.Source(
+          name='bad',
+          x=np.zeros((3, 2)),
+          y=np.zeros(2, np.int32),
+          num_classes=2,
+          is_test=np.zeros(3, bool),
+      )
+
+
+class CifarCacheTest(absltest.TestCase):
+
+  def test_cache_written_atomically_and_reused(self):
+    root = self.create_tempdir().full_path
+    cache_dir = os.path.join(root, 'cache')
+    blobs = [
+        ('test/dog/0000.jpg', _jpeg(200)),
+        ('train/cat/0000.jpg', _jpeg(10)),
+        ('train/airplane/0000.jpg', _jpeg(100)),
+    ]
+    tar_path = _write_fake_cifar_tar(os.path.join(root, 'cifar10'), blobs)
+    first = sources.load_source('cifar10', root, cache_dir=cache_dir)
+    # Train members come first whatever the tar order is.
+    np.testing.assert_array_equal(first.is_test, [False, False, True])
+    np.testing.assert_array_equal(first.y, [3, 0, 5])
+    self.assertAlmostEqual(float(first.x[1].mean()), 100 / 255, delta=0.01)
+    cached = os.listdir(cache_dir)
+    self.assertLen(cached, 1)
+    self.assertTrue(cached[0].endswith('.npz'))  # No *.tmp left behind.
+
+    # Second load must not decode again.
+    with mock.patch.object(
+        sources, '_decode_cifar_tar', side_effect=AssertionError('decoded')
+    ):
+      second = sources.load_source('cifar10', root, cache_dir=cache_dir)
+    np.testing.assert_array_equal(first.x, second.x)
+
+    # A changed tar (other mtime) gets a new cache entry.
+    os.utime(tar_path, ns=(1, 1))
+    sources.load_source('cifar10', root, cache_dir=cache_dir)
+    self.assertLen(os.listdir(cache_dir), 2)
+
+  def test_env_cache_dir(self):
+    root = self.create_tempdir().full_path
+    _write_fake_cifar_tar(
+        os.path.join(root, 'cifar10'), [('train/cat/0000.jpg', _jpeg(1))]
+    )
+    env_cache = os.path.join(root, 'env_cache')
+    with mock.patch.dict(os.environ, {sources.CACHE_DIR_ENV: env_cache}):
+      sources.load_source('cifar10', root)
+    self.assertLen(os.listdir(env_cache), 1)
+
+  def test_corrupt_cache_is_ignored(self):
+    root = self.create_tempdir().full_path
+    cache_dir = os.path.join(root, 'cache')
+    tar_path = _write_fake_cifar_tar(
+        os.path.join(root, 'cifar10'), [('train/cat/0000.jpg', _jpeg(1))]
+    )
+    os.makedirs(cache_dir)
+    with open(sources._cifar_cache_path(tar_path, cache_dir), 'wb') as f:
+      f.write(b'garbage')
+    source = sources.load_source('cifar10', root, cache_dir=cache_dir)
+    self.assertEqual(source.num_examples, 1)
+
+
+class FashionDirectoryTest(absltest.TestCase):
+
+  def test_candidate_order(self):
+    env = {
+        sources.FASHION_MNIST_DIR_ENV: '/env/fashion',
+        sources.DATA_DIR_ENV: '/env/data',
+    }
+    with mock.patch.dict(os.environ, env):
+      self.assertEqual(
+          sources.fashion_mnist_dir_candidates('/arg'),
+          [
+              '/arg/fashion-mnist',
+              '/env/fashion',
+              '/env/data/fashion-mnist',
+              sources.SYSTEM_FASHION_MNIST_DIR,
+          ],
+      )
+
+  def test_explicit_data_dir_wins(self):
+    root = self.create_tempdir().full_path
+    _write_fake_idx_set(os.path.join(root, 'fashion-mnist'), n=3)
+    with mock.patch.dict(
+        os.environ, {sources.FASHION_MNIST_DIR_ENV: '/nonexistent'}
+    ):
+      source = sources.load_source('fashion_mnist', root)
+    self.assertEqual(source.x.shape, (6, 28, 28, 1))
+    self.assertEqual(
+        source.metadata['directory'], os.path.join(root, 'fashion-mnist')
+    )
+
+  def test_env_dir_used(self):
+    directory = os.path.join(self.create_tempdir().full_path, 'fm')
+    _write_fake_idx_set(directory, n=2)
+    with mock.patch.dict(
+        os.environ,
+        {sources.FASHION_MNIST_DIR_ENV: directory, sources.DATA_DIR_ENV: ''},
+    ):
+      source = sources.load_source('fashion_mnist')
+    self.assertEqual(source.num_examples, 4)
+
+
+class TfdsConversionTest(absltest.TestCase):
+
+  def test_converts_fake_arrays(self):
+    train = (
+        np.full((4, 28, 28, 1), 255, np.uint8),
+        np.array([0, 1, 2, 3], np.int64),
+    )
+    test = (np.zeros((2, 28, 28, 1), np.uint8), np.array([9, 8], np.int64))
+    source = sources.source_from_tfds_arrays('fashion_mnist', train, test)
+    self.assertEqual(source.x.shape, (6, 28, 28, 1))
+    self.assertEqual(source.x.dtype, np.float32)
+    self.assertEqual(float(source.x[:4].min()), 1.0)
+    self.assertEqual(float(source.x[4:].max()), 0.0)
+    self.assertEqual(source.y.dtype, np.int32)
+    np.testing.assert_array_equal(source.is_test, [False] * 4 + [True] * 2)
+    self.assertEqual(source.metadata['class_names'][0], 'T-shirt/top')
+
+  def test_rejects_wrong_shape(self):
+    images = np.zeros((2, 28, 28, 1), np.uint8)
+    with self.assertRaisesRegex(
+        sources.DataError, r'expected uint8 \(N,\)\+\(32, 32, 3\)'
+    ):
+      sources.source_from_tfds_arrays(
+          'cifar10', (images, np.zeros(2)), (images, np.zeros(2))
+      )
+
+  def test_rejects_unknown_name(self):
+    with self.assertRaisesRegex(sources.DataError, 'use_tfds supports'):
+      sources.source_from_tfds_arrays('sst2', (None, None), (None, None))
+
+  def test_load_source_uses_tfds_loader(self):
+    fake = sources.source_from_tfds_arrays(
+        'mnist',
+        (np.zeros((5, 28, 28, 1), np.uint8), np.arange(5)),
+        (np.zeros((5, 28, 28, 1), np.uint8), np.arange(5)),
+    )
+    with mock.patch.object(
+        sources, '_load_with_tfds', return_value=fake
+    ) as load:
+      source = sources.load_source(
+          'mnist', '/tfds', use_tfds=True, max_examples=4
+      )
+    load.assert_called_once_with('mnist', '/tfds')
+    self.assertEqual(source.num_examples, 4)
+
+
+class HelpersTest(absltest.TestCase):
+
+  def test_stratified_first_k_round_robin(self):
+    strata = np.array([0, 0, 0, 0, 1, 1, 2])
+    np.testing.assert_array_equal(
+        sources.stratified_first_k(strata, 3), [0, 4, 6]
+    )
+    np.testing.assert_array_equal(
+        sources.stratified_first_k(strata, 5), [0, 1, 4, 5, 6]
+    )
+    np.testing.assert_array_equal(
+        sources.stratified_first_k(strata, 100), np.arange(7)
+    )
+
+  def test_shakespeare_windows(self):
+    x, y = sources.shakespeare_windows(b'ab', sequence_length=3)
+    a, b = (sources.SHAKESPEARE_CHAR_VOCAB.index(c) + 1 for c in 'ab')
+    bos, eos = sources.SHAKESPEARE_BOS_ID, sources.SHAKESPEARE_EOS_ID
+    np.testing.assert_array_equal(x, [[bos, a, b]])
+    np.testing.assert_array_equal(y, [[a, b, eos]])
+    x, _ = sources.shakespeare_windows('é'.encode(), sequence_length=80)
+    oov = sources.SHAKESPEARE_OOV_ID
+    np.testing.assert_array_equal(x[0, :4], [bos, oov, oov, eos])
+
+  def test_vocabulary_and_encoding(self):
+    sentences = [['b', 'a', 'b'], ['c', 'a', 'b']]
+    vocabulary = sources.build_vocabulary(sentences)
+    self.assertEqual(vocabulary, ('b', 'a', 'c'))
+    ids = sources.encode_sentences([['a', 'zzz', 'b', 'c']], vocabulary, 3)
+    np.testing.assert_array_equal(ids, [[3, sources.SST2_OOV_ID, 2]])
+    ids = sources.encode_sentences([['c']], vocabulary, 3)
+    np.testing.assert_array_equal(ids, [[4, 0, 0]])
+
+  def test_source_is_read_only(self):
+    source = sources.load_source('digits', max_examples=10)
+    with self.assertRaises(TypeError):
+      source.metadata['x'] = 1  # pytype: disable=unsupported-operands
+    with self.assertRaises(dataclasses.FrozenInstanceError):
+      source.name = 'other'  # pytype: disable=not-writable
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,96 @@
+"""RunConfig validation and the resume-compatibility check."""
+
+import json
+import os
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from tff_fair.training import config as config_lib
+
+
+class RunConfigTest(parameterized.TestCase):
+
+  def _config(self, **overrides):
+    values = dict(output_dir=self.create_tempdir().full_path)
+    values.update(overrides)
+    return config_lib.RunConfig(**values)
+
+  @parameterized.named_parameters(
+      ('unknown_algorithm', dict(algorithm='fedfoo'), 'Unknown algorithm'),
+      ('unknown_partition', dict(partition='random'), 'Unknown partition'),
+      ('zero_rounds', dict(rounds=0), 'rounds must be >= 1'),
+      ('too_many_sampled', dict(num_clients=5, clients_per_round=6),
+       'exceeds num_clients'),
+      ('negative_lr', dict(client_learning_rate=-0.1),
+       'client_learning_rate must be a positive'),
+      ('nan_lr', dict(server_learning_rate=float('nan')),
+       'server_learning_rate must be a positive'),
+      ('alpha_zero', dict(alpha=0.0), 'alpha must be > 0'),
+      ('alpha_nan', dict(alpha=float('nan')), 'alpha must be > 0'),
+      ('kappa', dict(partition='quantity_skew', kappa=1.0),
+       r'kappa must be in \(0, 1\)'),
+      ('quantity_clients', dict(partition='quantity_skew',
+                                quantity_clients=10),
+       'quantity_clients must be in'),
+      ('fractions', dict(validation_fraction=0.5, test_fraction=0.5),
+       'sum to less than 1'),
+      ('no_test', dict(test_fraction=0.0), 'test_fraction must be > 0'),
+      ('optimizer', dict(client_optimizer='rmsprop'),
+       'Unknown client_optimizer'),
+  )
+  def test_bad_settings(self, overrides, message):
+    with self.assertRaisesRegex(config_lib.ConfigError, message):
+      self._config(**overrides)
+
+  def test_output_dir_required(self):
+    with self.assertRaisesRegex(config_lib.ConfigError, 'output_dir'):
+      config_lib.RunConfig()
+
+  def test_partition_params(self):
+    self.assertEqual(self._config(alpha=0.3).partition_params(),
+                     {'alpha': 0.3})
+    self.assertEqual(
+        self._config(partition='label_skew',
+                     classes_per_client=3).partition_params(),
+        {'classes_per_client': 3})
+
+
+class CheckOrSaveTest(absltest.TestCase):
+
+  def test_first_run_saves_then_same_settings_resume(self):
+    out = self.create_tempdir().full_path
+    config = config_lib.RunConfig(output_dir=out, rounds=2)
+    self.assertIsNone(config_lib.check_or_save(config))
+    with open(os.path.join(out, config_lib.CONFIG_FILE)) as f:
+      self.assertEqual(json.load(f)['rounds'], 2)
+    # More rounds is a legitimate extension of the same run.
+    extended = config_lib.RunConfig(output_dir=out, rounds=7)
+    self.assertEqual(config_lib.check_or_save(extended)['rounds'], 2)
+
+  def test_other_settings_refused_and_nothing_overwritten(self):
+    out = self.create_tempdir().full_path
+    config_lib.check_or_save(config_lib.RunConfig(output_dir=out))
+    path = os.path.join(out, config_lib.CONFIG_FILE)
+    with open(path) as f:
+      before = f.read()
+    other = config_lib.RunConfig(output_dir=out, num_clients=20,
+                                 clients_per_round=5, seed=3)
+    with self.assertRaisesRegex(
+        config_lib.ConfigError,
+        r'(?s)clients_per_round: saved run has 10, this run asks 5.*'
+        r'num_clients: saved run has 10, this run asks 20.*seed'):
+      config_lib.check_or_save(other)
+    with open(path) as f:
+      self.assertEqual(f.read(), before)
+
+  def test_damaged_config_file(self):
+    out = self.create_tempdir().full_path
+    with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
+      f.write('{"rounds": ')
+    with self.assertRaisesRegex(config_lib.ConfigError, 'not valid JSON'):
+      config_lib.check_or_save(config_lib.RunConfig(output_dir=out))
+
+
+if __name__ == '__main__':
+  absltest.main()

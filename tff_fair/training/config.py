@@ -1,0 +1,220 @@
+"""One validated configuration per run, saved beside its checkpoints.
+
+The configuration is checked once, at the boundary, and written to
+`<output_dir>/config.json`. A later run in the same output directory must
+agree on every setting that changes what the checkpoints mean; it may differ
+in the settings listed in `RESUMABLE_FIELDS` (e.g. more rounds, to extend a
+finished run).
+"""
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from typing import Any, Optional
+
+ALGORITHMS = ('fedavg', 'fedavg_ft', 'standalone')
+PARTITIONS = ('homogeneous', 'dirichlet', 'quantity_skew', 'label_skew',
+              'natural')
+OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'adamw')
+
+# Settings that may change between a run and its resumption.
+RESUMABLE_FIELDS = frozenset({
+    'rounds', 'output_dir', 'data_dir', 'eval_every',
+    'max_concurrent_computation_calls',
+})
+
+CONFIG_FILE = 'config.json'
+
+
+class ConfigError(ValueError):
+  """A setting is invalid, or disagrees with the run being resumed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """Everything that defines a training run.
+
+  Attributes:
+    algorithm: One of `ALGORITHMS`.
+    dataset: A `tff_fair.data` source name, e.g. 'fashion_mnist'.
+    partition: One of `PARTITIONS`.
+    num_clients: Number of clients the data is split into.
+    clients_per_round: Clients sampled uniformly each round (<= num_clients).
+    rounds: Federated rounds.
+    local_epochs: Client epochs per round.
+    batch_size: Client batch size.
+    client_optimizer / server_optimizer: One of `OPTIMIZERS`.
+    client_learning_rate / server_learning_rate: Their learning rates.
+    seed: Seeds partition, initial model, client sampling and shuffling.
+    output_dir: Checkpoints, releases and the final tables go here.
+    model: Architecture name; '' picks the data set's default.
+    alpha: Dirichlet concentration (partition 'dirichlet').
+    kappa, quantity_clients: Share of data and number of clients that get it
+      (partition 'quantity_skew').
+    classes_per_client: m of #C=m (partition 'label_skew').
+    examples_per_client: Cap on each client's pool before its own
+      train/validation/test split; 0 means no cap.
+    validation_fraction / test_fraction: Each client's own split.
+    finetune_epochs: Local epochs of FedAvg + fine-tuning.
+    eval_every: Evaluate every client's test split every this many rounds
+      (0: only after the last round).
+    data_dir: Data directory (see `tff_fair.data.sources`); '' uses
+      $TFF_FAIR_DATA_DIR.
+    max_concurrent_computation_calls: Worker concurrency (-1: unlimited).
+  """
+
+  algorithm: str = 'fedavg'
+  dataset: str = 'fashion_mnist'
+  partition: str = 'dirichlet'
+  num_clients: int = 10
+  clients_per_round: int = 10
+  rounds: int = 5
+  local_epochs: int = 1
+  batch_size: int = 32
+  client_optimizer: str = 'sgd'
+  client_learning_rate: float = 0.05
+  server_optimizer: str = 'sgd'
+  server_learning_rate: float = 1.0
+  seed: int = 0
+  output_dir: str = ''
+  model: str = ''
+  alpha: float = 0.5
+  kappa: float = 0.5
+  quantity_clients: int = 1
+  classes_per_client: int = 2
+  examples_per_client: int = 0
+  validation_fraction: float = 0.1
+  test_fraction: float = 0.2
+  finetune_epochs: int = 1
+  eval_every: int = 1
+  data_dir: str = ''
+  max_concurrent_computation_calls: int = -1
+
+  def __post_init__(self):
+    _check_choice('algorithm', self.algorithm, ALGORITHMS)
+    _check_choice('partition', self.partition, PARTITIONS)
+    _check_choice('client_optimizer', self.client_optimizer, OPTIMIZERS)
+    _check_choice('server_optimizer', self.server_optimizer, OPTIMIZERS)
+    for name in ('num_clients', 'clients_per_round', 'rounds',
+                 'local_epochs', 'batch_size', 'finetune_epochs'):
+      if getattr(self, name) < 1:
+        raise ConfigError(f'{name} must be >= 1, got {getattr(self, name)}.')
+    for name in ('examples_per_client', 'eval_every', 'seed'):
+      if getattr(self, name) < 0:
+        raise ConfigError(f'{name} must be >= 0, got {getattr(self, name)}.')
+    if self.clients_per_round > self.num_clients:
+      raise ConfigError(
+          f'clients_per_round={self.clients_per_round} exceeds'
+          f' num_clients={self.num_clients}; sample at most every client.'
+      )
+    for name in ('client_learning_rate', 'server_learning_rate'):
+      value = getattr(self, name)
+      if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f'{name} must be a positive number, got {value}.')
+    if self.partition == 'dirichlet' and not (
+        math.isfinite(self.alpha) and self.alpha > 0):
+      raise ConfigError(
+          f'alpha must be > 0 for the Dirichlet partition, got {self.alpha};'
+          ' smaller alpha means more skew (0.1 strong, 1.0 mild).'
+      )
+    if self.partition == 'quantity_skew':
+      if not 0 < self.kappa < 1:
+        raise ConfigError(f'kappa must be in (0, 1), got {self.kappa}.')
+      if not 1 <= self.quantity_clients < self.num_clients:
+        raise ConfigError(
+            f'quantity_clients must be in [1, num_clients), got'
+            f' {self.quantity_clients}.'
+        )
+    if self.partition == 'label_skew' and self.classes_per_client < 1:
+      raise ConfigError(
+          f'classes_per_client must be >= 1, got {self.classes_per_client}.'
+      )
+    fractions = (self.validation_fraction, self.test_fraction)
+    if any(not 0 <= f < 1 for f in fractions) or sum(fractions) >= 1:
+      raise ConfigError(
+          'validation_fraction and test_fraction must be in [0, 1) and sum'
+          f' to less than 1, got {fractions}.'
+      )
+    if self.test_fraction == 0 and self.partition != 'natural':
+      raise ConfigError(
+          'test_fraction must be > 0: clients are evaluated on their own'
+          ' test split.'
+      )
+    if not self.output_dir:
+      raise ConfigError('output_dir is required (checkpoints go there).')
+
+  def partition_params(self) -> dict[str, Any]:
+    """The keyword arguments of the chosen partition."""
+    return {
+        'homogeneous': {},
+        'natural': {},
+        'dirichlet': {'alpha': self.alpha},
+        'quantity_skew': {'kappa': self.kappa, 'm': self.quantity_clients},
+        'label_skew': {'classes_per_client': self.classes_per_client},
+    }[self.partition]
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+  if value not in choices:
+    raise ConfigError(
+        f'Unknown {name} {value!r}; choose one of {", ".join(choices)}.'
+    )
+
+
+def incompatible_settings(
+    saved: dict[str, Any], current: RunConfig
+) -> list[str]:
+  """Human-readable differences that forbid resuming `saved` as `current`."""
+  now = current.to_dict()
+  differences = []
+  for key in sorted(set(saved) | set(now)):
+    if key in RESUMABLE_FIELDS:
+      continue
+    if saved.get(key, '<missing>') != now.get(key, '<missing>'):
+      differences.append(
+          f'{key}: saved run has {saved.get(key, "<missing>")!r}, this run'
+          f' asks {now.get(key, "<missing>")!r}'
+      )
+  return differences
+
+
+def check_or_save(config: RunConfig) -> Optional[dict[str, Any]]:
+  """Saves `config` in its output directory, or checks it against the saved.
+
+  Returns:
+    The saved configuration when one existed (a resumption), else None.
+
+  Raises:
+    ConfigError: If the output directory holds a run with other settings.
+      Nothing is written or removed in that case.
+  """
+  os.makedirs(config.output_dir, exist_ok=True)
+  path = os.path.join(config.output_dir, CONFIG_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      try:
+        saved = json.load(f)
+      except json.JSONDecodeError as e:
+        raise ConfigError(
+            f'{path} is not valid JSON ({e}); it was not written by tff_fair'
+            ' or was damaged. Use another --output_dir.'
+        ) from e
+    differences = incompatible_settings(saved, config)
+    if differences:
+      raise ConfigError(
+          f'{config.output_dir} holds a run with other settings, so it cannot'
+          ' be resumed with these:\n  ' + '\n  '.join(differences) +
+          '\nRe-run with the saved settings, or choose a new --output_dir.'
+      )
+    return saved
+  # Written atomically so a kill never leaves a half-written config.
+  fd, tmp = tempfile.mkstemp(dir=config.output_dir, suffix='.tmp')
+  with os.fdopen(fd, 'w') as f:
+    json.dump(config.to_dict(), f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+  return None
