@@ -6,6 +6,7 @@ import os
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from tff_fair.data import sources
 from tff_fair.training import config as config_lib
 
 
@@ -38,6 +39,7 @@ class RunConfigTest(parameterized.TestCase):
       ('no_test', dict(test_fraction=0.0), 'test_fraction must be > 0'),
       ('optimizer', dict(client_optimizer='rmsprop'),
        'Unknown client_optimizer'),
+      ('dataset', dict(dataset='imagenet'), 'Unknown dataset .*digits'),
   )
   def test_bad_settings(self, overrides, message):
     with self.assertRaisesRegex(config_lib.ConfigError, message):
@@ -46,6 +48,9 @@ class RunConfigTest(parameterized.TestCase):
   def test_output_dir_required(self):
     with self.assertRaisesRegex(config_lib.ConfigError, 'output_dir'):
       config_lib.RunConfig()
+
+  def test_dataset_names_match_the_data_layer(self):
+    self.assertEqual(set(config_lib.DATASETS), set(sources.SOURCE_NAMES))
 
   def test_partition_params(self):
     self.assertEqual(self._config(alpha=0.3).partition_params(),
@@ -61,16 +66,20 @@ class CheckOrSaveTest(absltest.TestCase):
   def test_first_run_saves_then_same_settings_resume(self):
     out = self.create_tempdir().full_path
     config = config_lib.RunConfig(output_dir=out, rounds=2)
-    self.assertIsNone(config_lib.check_or_save(config))
+    self.assertIsNone(config_lib.check_resumable(config))
+    config_lib.save_if_new(config)
     with open(os.path.join(out, config_lib.CONFIG_FILE)) as f:
       self.assertEqual(json.load(f)['rounds'], 2)
     # More rounds is a legitimate extension of the same run.
     extended = config_lib.RunConfig(output_dir=out, rounds=7)
-    self.assertEqual(config_lib.check_or_save(extended)['rounds'], 2)
+    self.assertEqual(config_lib.check_resumable(extended)['rounds'], 2)
+    config_lib.save_if_new(extended)  # Keeps the first run's file.
+    with open(os.path.join(out, config_lib.CONFIG_FILE)) as f:
+      self.assertEqual(json.load(f)['rounds'], 2)
 
   def test_other_settings_refused_and_nothing_overwritten(self):
     out = self.create_tempdir().full_path
-    config_lib.check_or_save(config_lib.RunConfig(output_dir=out))
+    config_lib.save_if_new(config_lib.RunConfig(output_dir=out))
     path = os.path.join(out, config_lib.CONFIG_FILE)
     with open(path) as f:
       before = f.read()
@@ -80,7 +89,7 @@ class CheckOrSaveTest(absltest.TestCase):
         config_lib.ConfigError,
         r'(?s)clients_per_round: saved run has 10, this run asks 5.*'
         r'num_clients: saved run has 10, this run asks 20.*seed'):
-      config_lib.check_or_save(other)
+      config_lib.check_resumable(other)
     with open(path) as f:
       self.assertEqual(f.read(), before)
 
@@ -89,7 +98,7 @@ class CheckOrSaveTest(absltest.TestCase):
     with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
       f.write('{"rounds": ')
     with self.assertRaisesRegex(config_lib.ConfigError, 'not valid JSON'):
-      config_lib.check_or_save(config_lib.RunConfig(output_dir=out))
+      config_lib.check_resumable(config_lib.RunConfig(output_dir=out))
 
 
 if __name__ == '__main__':

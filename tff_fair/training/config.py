@@ -18,6 +18,9 @@ ALGORITHMS = ('fedavg', 'fedavg_ft', 'standalone')
 PARTITIONS = ('homogeneous', 'dirichlet', 'quantity_skew', 'label_skew',
               'natural')
 OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'adamw')
+# The names of tff_fair.data.SOURCE_NAMES (kept here: config imports no TF).
+DATASETS = ('fashion_mnist', 'mnist', 'cifar10', 'femnist', 'shakespeare',
+            'sst2', 'digits')
 
 # Settings that may change between a run and its resumption.
 RESUMABLE_FIELDS = frozenset({
@@ -142,6 +145,10 @@ class RunConfig:
           'test_fraction must be > 0: clients are evaluated on their own'
           ' test split.'
       )
+    if self.dataset not in DATASETS:
+      raise ConfigError(
+          f'Unknown dataset {self.dataset!r}; choose one of'
+          f' {", ".join(DATASETS)}.')
     if not self.output_dir:
       raise ConfigError('output_dir is required (checkpoints go there).')
 
@@ -183,38 +190,45 @@ def incompatible_settings(
   return differences
 
 
-def check_or_save(config: RunConfig) -> Optional[dict[str, Any]]:
-  """Saves `config` in its output directory, or checks it against the saved.
+def check_resumable(config: RunConfig) -> Optional[dict[str, Any]]:
+  """Checks `config` against the run saved in its output directory.
+
+  Reads only; nothing is written or removed.
 
   Returns:
-    The saved configuration when one existed (a resumption), else None.
+    The saved configuration when one exists (a resumption), else None.
 
   Raises:
     ConfigError: If the output directory holds a run with other settings.
-      Nothing is written or removed in that case.
   """
+  path = os.path.join(config.output_dir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    try:
+      saved = json.load(f)
+    except json.JSONDecodeError as e:
+      raise ConfigError(
+          f'{path} is not valid JSON ({e}); it was not written by tff_fair'
+          ' or was damaged. Use another --output_dir.'
+      ) from e
+  differences = incompatible_settings(saved, config)
+  if differences:
+    raise ConfigError(
+        f'{config.output_dir} holds a run with other settings, so it cannot'
+        ' be resumed with these:\n  ' + '\n  '.join(differences) +
+        '\nRe-run with the saved settings, or choose a new --output_dir.'
+    )
+  return saved
+
+
+def save_if_new(config: RunConfig) -> None:
+  """Writes `config.json` once, atomically; an existing one is kept."""
   os.makedirs(config.output_dir, exist_ok=True)
   path = os.path.join(config.output_dir, CONFIG_FILE)
   if os.path.exists(path):
-    with open(path) as f:
-      try:
-        saved = json.load(f)
-      except json.JSONDecodeError as e:
-        raise ConfigError(
-            f'{path} is not valid JSON ({e}); it was not written by tff_fair'
-            ' or was damaged. Use another --output_dir.'
-        ) from e
-    differences = incompatible_settings(saved, config)
-    if differences:
-      raise ConfigError(
-          f'{config.output_dir} holds a run with other settings, so it cannot'
-          ' be resumed with these:\n  ' + '\n  '.join(differences) +
-          '\nRe-run with the saved settings, or choose a new --output_dir.'
-      )
-    return saved
-  # Written atomically so a kill never leaves a half-written config.
+    return
   fd, tmp = tempfile.mkstemp(dir=config.output_dir, suffix='.tmp')
   with os.fdopen(fd, 'w') as f:
     json.dump(config.to_dict(), f, indent=2, sort_keys=True)
   os.replace(tmp, path)
-  return None

@@ -322,6 +322,12 @@ class Trainer:
 
 
 def run(config: config_lib.RunConfig) -> RunResult:
-  """Validates the output directory, builds the experiment and trains."""
-  config_lib.check_or_save(config)
-  return Trainer(experiment_lib.build_experiment(config)).run()
+  """Checks the output directory, builds the experiment and trains.
+
+  Nothing is written to `config.output_dir` before the configuration has
+  been checked against a saved run and the data has loaded.
+  """
+  config_lib.check_resumable(config)
+  trainer = Trainer(experiment_lib.build_experiment(config))
+  config_lib.save_if_new(config)
+  return trainer.run()

@@ -1,0 +1,135 @@
+"""The train program as a user runs it: kill, resume, refuse, report."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from absl.testing import absltest
+import numpy as np
+import psutil
+
+from tests import tff_test_utils
+
+
+def _flags(output_dir, **overrides):
+  flags = dict(
+      dataset='digits', partition='dirichlet', alpha=0.5, num_clients=4,
+      clients_per_round=3, rounds=4, batch_size=16, client_learning_rate=0.1,
+      seed=3, eval_every=0, output_dir=output_dir,
+      data_dir=tff_test_utils.data_dir())
+  flags.update(overrides)
+  return [sys.executable, '-m', 'programs.train'] + [
+      f'--{k}={v}' for k, v in flags.items()]
+
+
+def _env():
+  env = dict(os.environ)
+  env['PYTHONPATH'] = os.pathsep.join(
+      [os.getcwd()] + env.get('PYTHONPATH', '').split(os.pathsep))
+  return env
+
+
+def _run(args, timeout=300):
+  return subprocess.run(args, capture_output=True, text=True, env=_env(),
+                        timeout=timeout, check=False)
+
+
+def _summary(output_dir):
+  with open(os.path.join(output_dir, 'summary.json')) as f:
+    return json.load(f)
+
+
+def _workers_of(pid):
+  return [p.pid for p in psutil.Process(pid).children(recursive=True)
+          if 'worker_binary' in ' '.join(p.cmdline())]
+
+
+class TrainProgramTest(absltest.TestCase):
+
+  def test_killed_run_resumes_and_matches_uninterrupted_run(self):
+    straight_dir = self.create_tempdir().full_path
+    straight = _run(_flags(straight_dir))
+    self.assertEqual(straight.returncode, 0, straight.stderr[-3000:])
+    progress = re.findall(r'round (\d)/4  loss=[\d.]+  acc=[\d.]+  '
+                          r'[\d.]+ s/round  ETA \d+:\d\d:\d\d',
+                          straight.stderr)
+    self.assertEqual(progress, ['1', '2', '3', '4'])
+    self.assertIn('worst_10_mean', straight.stderr)  # The final table.
+
+    killed_dir = self.create_tempdir().full_path
+    driver = subprocess.Popen(_flags(killed_dir), stderr=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, text=True,
+                              env=_env())
+    self.addCleanup(driver.kill)
+    for line in driver.stderr:
+      if 'round 2/4' in line:
+        workers = _workers_of(driver.pid)
+        driver.send_signal(signal.SIGKILL)
+        break
+    driver.wait(timeout=60)
+    self.assertNotEmpty(workers)
+    deadline = time.monotonic() + 10
+    while (any(map(tff_test_utils.process_is_running, workers)) and
+           time.monotonic() < deadline):
+      time.sleep(0.1)
+    self.assertFalse(any(map(tff_test_utils.process_is_running, workers)),
+                     'a TFF worker outlived the killed program')
+
+    resumed = _run(_flags(killed_dir))
+    self.assertEqual(resumed.returncode, 0, resumed.stderr[-3000:])
+    match = re.search(r'Resuming from the checkpoint of round (\d)',
+                      resumed.stderr)
+    self.assertIsNotNone(match, resumed.stderr[-3000:])
+    self.assertIn(match.group(1), ('2', '3'))  # Killed during round 3.
+    self.assertNotIn('round 1/4', resumed.stderr)
+
+    a, b = _summary(straight_dir), _summary(killed_dir)
+    for metric in ('loss', 'accuracy', 'balanced_accuracy'):
+      np.testing.assert_allclose(
+          [a['global'][metric][k] for k in ('mean', 'min', 'variance')],
+          [b['global'][metric][k] for k in ('mean', 'min', 'variance')],
+          rtol=1e-4, atol=1e-7)
+
+  def test_other_configuration_is_refused_and_run_kept(self):
+    out = self.create_tempdir().full_path
+    first = _run(_flags(out, rounds=1))
+    self.assertEqual(first.returncode, 0, first.stderr[-3000:])
+    with open(os.path.join(out, 'config.json')) as f:
+      saved = f.read()
+    checkpoints = sorted(os.listdir(os.path.join(out, 'checkpoints')))
+
+    other = _run(_flags(out, rounds=1, num_clients=5, seed=4))
+    self.assertEqual(other.returncode, 2)
+    self.assertIn('num_clients: saved run has 4, this run asks 5',
+                  other.stderr)
+    self.assertIn('seed: saved run has 3, this run asks 4', other.stderr)
+    self.assertIn('choose a new --output_dir', other.stderr)
+    with open(os.path.join(out, 'config.json')) as f:
+      self.assertEqual(f.read(), saved)
+    self.assertEqual(sorted(os.listdir(os.path.join(out, 'checkpoints'))),
+                     checkpoints)
+
+  def test_bad_inputs_get_clear_errors(self):
+    out = self.create_tempdir().full_path
+    cases = [
+        (dict(alpha=-1), 'alpha must be > 0'),
+        (dict(clients_per_round=9), 'exceeds num_clients=4'),
+        (dict(dataset='mnist', data_dir=out), 'mnist'),
+        (dict(dataset='imagenet'), 'Unknown dataset'),
+    ]
+    for i, (overrides, message) in enumerate(cases):
+      run_dir = os.path.join(out, f'run{i}')
+      result = _run(_flags(run_dir, **overrides))
+      self.assertEqual(result.returncode, 2, (overrides, result.stderr[-2000:]))
+      self.assertIn(message, result.stderr, overrides)
+      self.assertNotIn('Traceback', result.stderr, overrides)
+      # A run that failed its checks leaves no half-made output behind.
+      self.assertFalse(os.path.exists(os.path.join(run_dir, 'config.json')))
+
+
+if __name__ == '__main__':
+  absltest.main()

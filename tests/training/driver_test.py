@@ -1,0 +1,118 @@
+"""The round driver on real digits: resume equivalence, baselines, releases."""
+
+import csv
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from tests import tff_test_utils
+from tff_fair.training import config as config_lib
+from tff_fair.training import driver
+
+
+def _config(output_dir, **overrides):
+  values = dict(
+      dataset='digits', partition='dirichlet', alpha=0.5, num_clients=4,
+      clients_per_round=3, rounds=4, batch_size=16, client_learning_rate=0.1,
+      seed=7, output_dir=output_dir, eval_every=2,
+      data_dir=tff_test_utils.data_dir())
+  values.update(overrides)
+  return config_lib.RunConfig(**values)
+
+
+def _accuracies(result, kind='global'):
+  return np.array([m.accuracy for m in result.evaluations[kind].values()])
+
+
+def _losses(result, kind='global'):
+  return np.array([m.loss for m in result.evaluations[kind].values()])
+
+
+class SamplingTest(tff_test_utils.TffTestCase):
+
+  def test_sampling_is_a_function_of_seed_and_round(self):
+    ids = [f'c{i}' for i in range(50)]
+    a = driver.sample_clients(ids, 10, seed=1, round_num=3)
+    self.assertEqual(a, driver.sample_clients(ids, 10, seed=1, round_num=3))
+    self.assertLen(set(a), 10)
+    self.assertNotEqual(a, driver.sample_clients(ids, 10, seed=1,
+                                                 round_num=4))
+    self.assertNotEqual(a, driver.sample_clients(ids, 10, seed=2,
+                                                 round_num=3))
+
+
+class ResumeTest(tff_test_utils.TffTestCase):
+
+  def test_interrupted_run_resumes_to_the_same_result(self):
+    straight_dir = self.create_tempdir().full_path
+    straight = driver.run(_config(straight_dir))
+    self.assertEqual(straight.resumed_from_round, 0)
+    self.assertLen(straight.history, 4)
+
+    split_dir = self.create_tempdir().full_path
+    first = driver.run(_config(split_dir, rounds=2))
+    self.assertLen(first.history, 2)
+    resumed = driver.run(_config(split_dir, rounds=4))
+    self.assertEqual(resumed.resumed_from_round, 2)
+    self.assertLen(resumed.history, 2)  # Only rounds 3 and 4 ran again.
+
+    self.assertAllClose(_losses(resumed), _losses(straight), rtol=1e-4)
+    self.assertAllClose(_accuracies(resumed), _accuracies(straight))
+    for a, b in zip(straight.history[2:], resumed.history):
+      self.assertAllClose(a['train_loss'], b['train_loss'], rtol=1e-4)
+
+    # The per-round release holds each round once, in order.
+    with open(os.path.join(split_dir, 'metrics.csv')) as f:
+      rounds = [int(row['round']) for row in csv.DictReader(f)]
+    self.assertEqual(rounds, [1, 2, 3, 4])
+
+    # Asking for fewer rounds than the checkpoint holds is refused.
+    with self.assertRaisesRegex(config_lib.ConfigError,
+                                'checkpoint of round 4, past rounds=3'):
+      driver.run(_config(split_dir, rounds=3))
+
+  def test_training_improves_the_global_model(self):
+    out = self.create_tempdir().full_path
+    short = driver.run(_config(out, rounds=1, clients_per_round=4,
+                               eval_every=1))
+    longer = driver.run(_config(out, rounds=6, clients_per_round=4,
+                                eval_every=1))
+    self.assertGreater(np.mean(_accuracies(longer)),
+                       np.mean(_accuracies(short)) + 0.2)
+    self.assertLess(np.mean(_losses(longer)), np.mean(_losses(short)))
+
+
+class BaselinesTest(tff_test_utils.TffTestCase):
+
+  def test_fine_tuning_personalizes_label_skewed_clients(self):
+    out = self.create_tempdir().full_path
+    result = driver.run(_config(
+        out, algorithm='fedavg_ft', partition='label_skew',
+        classes_per_client=2, rounds=3, clients_per_round=4,
+        finetune_epochs=3, eval_every=0))
+    self.assertEqual(set(result.evaluations), {'global', 'fine_tuned'})
+    # Two classes per client: a few local epochs beat the global model.
+    self.assertGreater(np.mean(_accuracies(result, 'fine_tuned')),
+                       np.mean(_accuracies(result, 'global')) + 0.1)
+    with open(os.path.join(out, 'clients_final.csv')) as f:
+      rows = list(csv.DictReader(f))
+    self.assertLen(rows, 8)
+    self.assertEqual({r['model'] for r in rows}, {'global', 'fine_tuned'})
+
+  def test_standalone_trains_each_client_alone(self):
+    out = self.create_tempdir().full_path
+    config = _config(out, algorithm='standalone', partition='label_skew',
+                     classes_per_client=2, rounds=8, clients_per_round=2,
+                     local_epochs=1)
+    trainer = driver.Trainer(driver.experiment_lib.build_experiment(config))
+    # 8 rounds x 1 epoch x half the clients per round.
+    self.assertEqual(trainer.standalone_epochs(), 4)
+    result = trainer.run()
+    self.assertEqual(set(result.evaluations), {'standalone'})
+    # Each client separates its own two classes far better than chance.
+    self.assertGreater(np.mean(_accuracies(result, 'standalone')), 0.8)
+
+
+if __name__ == '__main__':
+  tf.test.main()
