@@ -69,6 +69,31 @@ flags.DEFINE_integer('eval_every', _DEFAULTS.eval_every,
                      'Evaluate every client every N rounds (0: at the end).')
 flags.DEFINE_integer('seed', _DEFAULTS.seed, 'Random seed.')
 flags.DEFINE_string('output_dir', None, 'Checkpoints and results.')
+flags.DEFINE_enum('aggregator', _DEFAULTS.aggregator, config_lib.AGGREGATORS,
+                  'Aggregation of the global model\'s client updates.')
+flags.DEFINE_float('dp_noise_multiplier', _DEFAULTS.dp_noise_multiplier,
+                   'Noise multiplier of --aggregator=dp.')
+flags.DEFINE_float('ditto_lambda', _DEFAULTS.ditto_lambda,
+                   'ditto: lambda of every client.')
+flags.DEFINE_string('ditto_lambda_grid', '',
+                    'ditto: comma-separated lambdas; each client picks one by'
+                    ' validation loss (e.g. 0.1,1,2).')
+flags.DEFINE_string('ditto_lambdas_file', '',
+                    'ditto: JSON file {client_id: lambda} for every client.')
+flags.DEFINE_enum('ditto_variant', _DEFAULTS.ditto_variant,
+                  config_lib.DITTO_VARIANTS, 'ditto: update schedule.')
+flags.DEFINE_integer('personal_epochs', _DEFAULTS.personal_epochs,
+                     'ditto: personal epochs per round (sequential).')
+flags.DEFINE_enum('personal_optimizer', _DEFAULTS.personal_optimizer,
+                  config_lib.OPTIMIZERS, 'ditto: personal optimizer.')
+flags.DEFINE_float('personal_learning_rate', _DEFAULTS.personal_learning_rate,
+                   'ditto: personal learning rate.')
+flags.DEFINE_enum('attack', _DEFAULTS.attack, config_lib.ATTACKS,
+                  'Byzantine attack of the malicious clients.')
+flags.DEFINE_float('malicious_fraction', _DEFAULTS.malicious_fraction,
+                   'Fraction of clients that attack.')
+flags.DEFINE_float('attack_scale', _DEFAULTS.attack_scale,
+                   'model_replacement: update multiplier.')
 flags.DEFINE_integer('max_concurrent_computation_calls', -1,
                      'TFF worker concurrency (-1: unlimited).')
 flags.mark_flag_as_required('output_dir')

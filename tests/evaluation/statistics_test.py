@@ -36,6 +36,12 @@ class SummarizeTest(parameterized.TestCase):
     self.assertAlmostEqual(s.best_10_mean, 18.5)
     self.assertAlmostEqual(s.weighted_mean, s.mean)
 
+  def test_worst_loss_is_the_highest(self):
+    s = statistics.summarize([0.5, 2.0, 1.0], higher_is_better=False)
+    self.assertAlmostEqual(s.worst_10_mean, 2.0)
+    self.assertAlmostEqual(s.best_10_mean, 0.5)
+    self.assertAlmostEqual(s.min, 0.5)
+
   def test_as_dict_prefixes_names(self):
     d = statistics.summarize([1.0, 3.0]).as_dict('acc_')
     self.assertEqual(d['acc_mean'], 2.0)

@@ -21,8 +21,9 @@ client, in the order the client data was given.
 
 from collections.abc import Callable
 
-import tensorflow as tf
 import tensorflow_federated as tff
+
+from tff_fair.algorithms import client_training
 
 ModelWeights = tff.learning.models.ModelWeights
 
@@ -36,35 +37,12 @@ def build_local_train_fn(
   if epochs < 1:
     raise ValueError(f'epochs must be >= 1, got {epochs}.')
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
-  with tf.Graph().as_default():
-    data_type = tff.SequenceType(
-        tff.types.tensorflow_to_type(model_fn().input_spec)
-    )
 
-  @tff.tensorflow.computation(weights_type, data_type)
+  @tff.tensorflow.computation(weights_type,
+                              client_training.data_type_of(model_fn))
   def train(initial_weights, data):
-    model = model_fn()
-    weights = ModelWeights.from_model(model)
-    tf.nest.map_structure(lambda v, t: v.assign(t), weights, initial_weights)
-    trainable = tuple(tf.nest.flatten(weights.trainable))
-    optimizer_state = optimizer.initialize(
-        tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
-    )
-
-    def step(state, batch):
-      with tf.GradientTape() as tape:
-        loss = model.forward_pass(batch, training=True).loss
-      gradients = tape.gradient(loss, trainable)
-      state, updated = optimizer.next(state, trainable, tuple(gradients))
-      for variable, value in zip(trainable, updated):
-        variable.assign(value)
-      return state
-
-    final_state = data.repeat(epochs).reduce(optimizer_state, step)
-    # Graph mode prunes what the result does not depend on: read the
-    # weights only after the training loop has run.
-    with tf.control_dependencies(tf.nest.flatten(final_state)):
-      return tf.nest.map_structure(tf.identity, weights)
+    loop = client_training.build_training_loop(model_fn(), optimizer)
+    return loop(initial_weights, data.repeat(epochs))['weights']
 
   return train
 

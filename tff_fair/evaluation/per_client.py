@@ -142,8 +142,8 @@ def summarize_clients(
   sizes = [m.num_examples for m in metrics.values()]
   return {
       name: statistics.summarize(
-          [getattr(m, name) for m in metrics.values()], weights=sizes
-      )
+          [getattr(m, name) for m in metrics.values()], weights=sizes,
+          higher_is_better=(name != 'loss'))
       for name in ('loss', 'accuracy', 'balanced_accuracy')
   }
 

@@ -8,8 +8,9 @@ uses. Definitions:
 * `weighted_mean`: mean weighted by each client's number of examples.
 * `variance`: population variance over clients (ddof=0), as in the Ditto
   paper's fairness measure.
-* `worst_10_mean` / `best_10_mean`: mean of the ceil(10% of N) lowest /
-  highest values (at least one client).
+* `worst_10_mean` / `best_10_mean`: mean of the ceil(10% of N) worst /
+  best values (at least one client); for accuracy the worst are the lowest,
+  for a loss (`higher_is_better=False`) the highest.
 * `min` / `max`.
 """
 
@@ -42,7 +43,8 @@ def tail_count(num_clients: int, fraction: float = 0.1) -> int:
 
 
 def summarize(
-    values: Sequence[float], weights: Optional[Sequence[float]] = None
+    values: Sequence[float], weights: Optional[Sequence[float]] = None,
+    higher_is_better: bool = True,
 ) -> ClientStatistics:
   """Statistics of one metric over clients.
 
@@ -50,6 +52,7 @@ def summarize(
     values: The metric, one value per client.
     weights: Non-negative weights (e.g. test examples per client) for
       `weighted_mean`; `None` weighs clients equally.
+    higher_is_better: False for losses: the worst tail is then the highest.
 
   Returns:
     A `ClientStatistics`.
@@ -76,13 +79,15 @@ def summarize(
       )
   ordered = np.sort(v)
   k = tail_count(v.size)
+  low, high = float(ordered[:k].mean()), float(ordered[-k:].mean())
+  worst, best = (low, high) if higher_is_better else (high, low)
   return ClientStatistics(
       count=int(v.size),
       mean=float(v.mean()),
       weighted_mean=float(np.sum(v * w) / np.sum(w)),
       variance=float(v.var()),
-      worst_10_mean=float(ordered[:k].mean()),
-      best_10_mean=float(ordered[-k:].mean()),
+      worst_10_mean=worst,
+      best_10_mean=best,
       min=float(ordered[0]),
       max=float(ordered[-1]),
   )

@@ -14,10 +14,13 @@ import os
 import tempfile
 from typing import Any, Optional
 
-ALGORITHMS = ('fedavg', 'fedavg_ft', 'standalone')
+ALGORITHMS = ('fedavg', 'fedavg_ft', 'standalone', 'ditto')
 PARTITIONS = ('homogeneous', 'dirichlet', 'quantity_skew', 'label_skew',
               'natural')
 OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'adamw')
+AGGREGATORS = ('mean', 'robust', 'dp', 'compression')
+DITTO_VARIANTS = ('sequential', 'interleaved')
+ATTACKS = ('none', 'label_poisoning', 'random_updates', 'model_replacement')
 # The names of tff_fair.data.SOURCE_NAMES (kept here: config imports no TF).
 DATASETS = ('fashion_mnist', 'mnist', 'cifar10', 'femnist', 'shakespeare',
             'sst2', 'digits')
@@ -66,6 +69,25 @@ class RunConfig:
     data_dir: Data directory (see `tff_fair.data.sources`); '' uses
       $TFF_FAIR_DATA_DIR.
     max_concurrent_computation_calls: Worker concurrency (-1: unlimited).
+    aggregator: How client updates of the global model are aggregated:
+      'mean' (weighted), 'robust' (tff.learning.robust_aggregator), 'dp'
+      (tff.learning.dp_aggregator, unweighted, with dp_noise_multiplier),
+      'compression' (tff.learning.compression_aggregator).
+    dp_noise_multiplier: Noise multiplier of the 'dp' aggregator.
+    ditto_lambda: Ditto's lambda for every client (when neither
+      ditto_lambda_grid nor ditto_lambdas_file is given).
+    ditto_lambda_grid: Comma-separated lambdas; each client picks the one
+      whose personal model has the lowest loss on its validation split the
+      first time it trains (the Ditto paper's heuristic).
+    ditto_lambdas_file: JSON file {client_id: lambda} covering every client.
+    ditto_variant: 'sequential' (personal epochs after the global ones, both
+      from w^t) or 'interleaved' (one personal step per global step, on the
+      same batches, as in the reference code).
+    personal_epochs: Personal-model epochs per round (sequential variant).
+    personal_optimizer / personal_learning_rate: Personal-model optimizer.
+    attack: One of `ATTACKS` (tff_fair.attacks).
+    malicious_fraction: Fraction of clients that attack.
+    attack_scale: Update multiplier of 'model_replacement'.
   """
 
   algorithm: str = 'fedavg'
@@ -94,14 +116,31 @@ class RunConfig:
   eval_every: int = 1
   data_dir: str = ''
   max_concurrent_computation_calls: int = -1
+  aggregator: str = 'mean'
+  dp_noise_multiplier: float = 0.1
+  ditto_lambda: float = 1.0
+  ditto_lambda_grid: str = ''
+  ditto_lambdas_file: str = ''
+  ditto_variant: str = 'sequential'
+  personal_epochs: int = 1
+  personal_optimizer: str = 'sgd'
+  personal_learning_rate: float = 0.05
+  attack: str = 'none'
+  malicious_fraction: float = 0.0
+  attack_scale: float = 10.0
 
   def __post_init__(self):
     _check_choice('algorithm', self.algorithm, ALGORITHMS)
     _check_choice('partition', self.partition, PARTITIONS)
     _check_choice('client_optimizer', self.client_optimizer, OPTIMIZERS)
     _check_choice('server_optimizer', self.server_optimizer, OPTIMIZERS)
+    _check_choice('personal_optimizer', self.personal_optimizer, OPTIMIZERS)
+    _check_choice('aggregator', self.aggregator, AGGREGATORS)
+    _check_choice('ditto_variant', self.ditto_variant, DITTO_VARIANTS)
+    _check_choice('attack', self.attack, ATTACKS)
     for name in ('num_clients', 'clients_per_round', 'rounds',
-                 'local_epochs', 'batch_size', 'finetune_epochs'):
+                 'local_epochs', 'batch_size', 'finetune_epochs',
+                 'personal_epochs'):
       if getattr(self, name) < 1:
         raise ConfigError(f'{name} must be >= 1, got {getattr(self, name)}.')
     for name in ('examples_per_client', 'eval_every', 'seed'):
@@ -112,7 +151,8 @@ class RunConfig:
           f'clients_per_round={self.clients_per_round} exceeds'
           f' num_clients={self.num_clients}; sample at most every client.'
       )
-    for name in ('client_learning_rate', 'server_learning_rate'):
+    for name in ('client_learning_rate', 'server_learning_rate',
+                 'personal_learning_rate'):
       value = getattr(self, name)
       if not (math.isfinite(value) and value > 0):
         raise ConfigError(f'{name} must be a positive number, got {value}.')
@@ -145,12 +185,45 @@ class RunConfig:
           'test_fraction must be > 0: clients are evaluated on their own'
           ' test split.'
       )
+    check_lambda('ditto_lambda', self.ditto_lambda)
+    self.lambda_grid()  # Validates the grid.
+    if self.ditto_lambda_grid and self.ditto_lambdas_file:
+      raise ConfigError(
+          'Give either ditto_lambda_grid or ditto_lambdas_file, not both.')
+    if not 0 <= self.malicious_fraction < 1:
+      raise ConfigError(
+          f'malicious_fraction must be in [0, 1), got'
+          f' {self.malicious_fraction}.')
+    if (self.attack == 'none') != (self.malicious_fraction == 0):
+      raise ConfigError(
+          'An attack needs malicious_fraction > 0, and malicious_fraction > 0'
+          f' needs an attack; got attack={self.attack!r},'
+          f' malicious_fraction={self.malicious_fraction}.')
+    if not (math.isfinite(self.dp_noise_multiplier) and
+            self.dp_noise_multiplier >= 0):
+      raise ConfigError(
+          'dp_noise_multiplier must be >= 0, got'
+          f' {self.dp_noise_multiplier}.')
     if self.dataset not in DATASETS:
       raise ConfigError(
           f'Unknown dataset {self.dataset!r}; choose one of'
           f' {", ".join(DATASETS)}.')
     if not self.output_dir:
       raise ConfigError('output_dir is required (checkpoints go there).')
+
+  def lambda_grid(self) -> tuple[float, ...]:
+    """The parsed `ditto_lambda_grid` (empty when not given)."""
+    if not self.ditto_lambda_grid:
+      return ()
+    try:
+      grid = tuple(float(v) for v in self.ditto_lambda_grid.split(','))
+    except ValueError as e:
+      raise ConfigError(
+          f'ditto_lambda_grid must be comma-separated numbers, got'
+          f' {self.ditto_lambda_grid!r}.') from e
+    for value in grid:
+      check_lambda('ditto_lambda_grid', value)
+    return grid
 
   def partition_params(self) -> dict[str, Any]:
     """The keyword arguments of the chosen partition."""
@@ -164,6 +237,16 @@ class RunConfig:
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
+
+
+def check_lambda(name: str, value: float) -> None:
+  """Ditto's lambda must be a finite number >= 0."""
+  if not (isinstance(value, (int, float)) and math.isfinite(value) and
+          value >= 0):
+    raise ConfigError(
+        f'{name}: lambda must be a finite number >= 0, got {value!r}'
+        ' (0 is purely local training; larger values pull the personal'
+        ' model towards the global one).')
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

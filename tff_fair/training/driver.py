@@ -10,6 +10,8 @@ Output directory layout:
 
     config.json            the run's settings (checked on resume)
     checkpoints/           tff.program.FileProgramStateManager, one per round
+    personal/              Ditto's personal models (tff_fair.state), versioned
+                           by round in step with the checkpoints
     metrics.csv            per-round release (tff.program.CSVFileReleaseManager)
     tensorboard/           the same values as TensorBoard scalars
     clients_final.csv      per-client test metrics after the last round
@@ -17,6 +19,7 @@ Output directory layout:
 """
 
 import asyncio
+import collections
 from collections.abc import Callable, Mapping, Sequence
 import csv
 import dataclasses
@@ -32,10 +35,14 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_fair import attacks
+from tff_fair.algorithms import ditto
+from tff_fair.algorithms import fed_avg
 from tff_fair.algorithms import local_training
 from tff_fair.evaluation import per_client
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
+from tff_fair.training import personal as personal_lib
 
 ClientMetrics = per_client.ClientMetrics
 
@@ -69,8 +76,10 @@ def sample_clients(
   return [client_ids[i] for i in sorted(chosen)]
 
 
-def shuffle_seed(seed: int, round_num: int, client_index: int) -> int:
-  return int(np.random.default_rng([seed, round_num, client_index])
+def shuffle_seed(seed: int, round_num: int, client_index: int,
+                 stream: int = 0) -> int:
+  """The shuffle seed of one client's data in one round (and stream)."""
+  return int(np.random.default_rng([seed, round_num, client_index, stream])
              .integers(0, 2**31 - 1))
 
 
@@ -79,17 +88,38 @@ def client_datasets(
     client_ids: Sequence[str],
     round_num: int,
     epochs: int,
+    *,
+    stream: int = 0,
+    poisoned: frozenset[str] = frozenset(),
 ) -> list[tf.data.Dataset]:
-  """Shuffled, repeated, batched training data for `client_ids`."""
+  """Shuffled, repeated, batched training data for `client_ids`.
+
+  Args:
+    experiment: The run.
+    client_ids: Clients to serve, in order.
+    round_num: Seeds the shuffle together with the run's seed.
+    epochs: Passes over each client's training split.
+    stream: Separates independent shuffles of the same round (e.g. Ditto's
+      personal epochs in the sequential variant).
+    poisoned: Clients whose labels are replaced by random ones (attack A1).
+
+  Returns:
+    One `tf.data.Dataset` per client.
+  """
   config = experiment.config
-  index = {cid: i for i, cid in enumerate(experiment.data.client_ids)}
+  data = experiment.data
+  index = {cid: i for i, cid in enumerate(data.client_ids)}
   datasets = []
   for cid in client_ids:
-    n = experiment.data.num_examples(cid, 'train')
-    ds = experiment.data.dataset(cid, 'train').shuffle(
-        n, seed=shuffle_seed(config.seed, round_num, index[cid]),
-        reshuffle_each_iteration=True,
-    )
+    x, y = data.arrays(cid, 'train')
+    if cid in poisoned:
+      y = attacks.poison_labels(y, data.source.num_classes, config.seed,
+                                index[cid])
+    ds = tf.data.Dataset.from_tensor_slices(
+        collections.OrderedDict(x=x, y=y)).shuffle(
+            len(y), seed=shuffle_seed(config.seed, round_num, index[cid],
+                                      stream),
+            reshuffle_each_iteration=True)
     datasets.append(ds.repeat(epochs).batch(config.batch_size))
   return datasets
 
@@ -97,15 +127,24 @@ def client_datasets(
 def build_process(
     experiment: experiment_lib.Experiment,
 ) -> tff.learning.templates.LearningProcess:
-  """The federated process that trains the global model of a run."""
+  """The federated process of a run: FedAvg (attack-capable) or Ditto."""
   config = experiment.config
-  return tff.learning.algorithms.build_weighted_fed_avg(
-      experiment.model_spec.model_fn,
-      client_optimizer_fn=experiment_lib.build_optimizer(
-          config.client_optimizer, config.client_learning_rate),
-      server_optimizer_fn=experiment_lib.build_optimizer(
-          config.server_optimizer, config.server_learning_rate),
-  )
+  optimizer = experiment_lib.build_optimizer
+  client_optimizer = optimizer(config.client_optimizer,
+                               config.client_learning_rate)
+  server_optimizer = optimizer(config.server_optimizer,
+                               config.server_learning_rate)
+  aggregator = experiment_lib.build_aggregator(config)
+  if config.algorithm == 'ditto':
+    return ditto.build_ditto(
+        experiment.model_spec.model_fn,
+        client_optimizer=client_optimizer,
+        server_optimizer=server_optimizer,
+        personal_optimizer=optimizer(config.personal_optimizer,
+                                     config.personal_learning_rate),
+        model_aggregator=aggregator)
+  return fed_avg.build_fed_avg(experiment.model_spec.model_fn,
+                               client_optimizer, server_optimizer, aggregator)
 
 
 def _flatten(metrics: Any, prefix: str = '') -> dict[str, float]:
@@ -136,31 +175,53 @@ class Trainer:
 
   Attributes:
     experiment: Data, model and configuration.
-    process: The `LearningProcess` that trains the global model.
+    process: The `LearningProcess` that trains the global model (a
+      `DittoProcess` for Ditto).
+    malicious: The clients that attack (empty without an attack).
   """
 
   def __init__(self, experiment: experiment_lib.Experiment):
     self.experiment = experiment
-    self.config = experiment.config
+    self.config = config = experiment.config
     self.process = build_process(experiment)
     self._evaluator = per_client.ClientEvaluator(
-        experiment.model_spec.build_keras
-    )
-    out = self.config.output_dir
+        experiment.model_spec.build_keras)
+    client_ids = experiment.data.client_ids
+    attack = attacks.AttackConfig(
+        kind=config.attack, malicious_fraction=config.malicious_fraction,
+        scale=config.attack_scale, seed=config.seed)
+    self.malicious = attacks.choose_malicious(client_ids, attack)
+    self._poisoned = (self.malicious if config.attack ==
+                      attacks.LABEL_POISONING else frozenset())
+    index = {cid: i for i, cid in enumerate(client_ids)}
+    self._attack_specs = {
+        cid: attacks.attack_spec(config.attack, config.attack_scale,
+                                 config.seed, index[cid])
+        for cid in self.malicious}
+    out = config.output_dir
+    self._personal = None
+    if config.algorithm == 'ditto':
+      if config.ditto_lambdas_file:
+        lambdas = experiment_lib.load_lambdas(config.ditto_lambdas_file,
+                                              client_ids)
+      else:
+        lambdas = config.lambda_grid() or config.ditto_lambda
+      self._personal = personal_lib.PersonalModels(
+          os.path.join(out, 'personal'),
+          experiment.model_spec.initial_weights(config.seed), lambdas)
     self._state_manager = tff.program.FileProgramStateManager(
-        os.path.join(out, 'checkpoints'), keep_total=3, keep_first=True
-    )
+        os.path.join(out, 'checkpoints'), keep_total=3, keep_first=True)
     self._releases = [
         tff.program.CSVFileReleaseManager(
             os.path.join(out, 'metrics.csv'), key_fieldname='round'),
-        tff.program.TensorBoardReleaseManager(os.path.join(out, 'tensorboard')),
+        tff.program.TensorBoardReleaseManager(
+            os.path.join(out, 'tensorboard')),
     ]
 
   def _initial_state(self):
     state = self.process.initialize()
     return self.process.set_model_weights(
-        state, self.experiment.model_spec.initial_weights(self.config.seed)
-    )
+        state, self.experiment.model_spec.initial_weights(self.config.seed))
 
   def _restore(self):
     """(state, round) from the latest checkpoint, or a fresh round-0 state."""
@@ -168,18 +229,18 @@ class Trainer:
     state, version = asyncio.run(self._state_manager.load_latest(initial))
     if state is None:
       asyncio.run(self._state_manager.save(initial, 0))
-      return initial, 0
+      state, version = initial, 0
+    if self._personal is not None:
+      self._personal.open(version)
     return state, version
 
   def evaluate(
-      self, weights: per_client.WeightsSource
+      self, weights: per_client.WeightsSource, split: str = 'test'
   ) -> dict[str, ClientMetrics]:
-    """Per-client test metrics of global or per-client `weights`."""
+    """Per-client metrics of global or per-client `weights` on `split`."""
     data = self.experiment.data
     return self._evaluator.evaluate_clients(
-        weights, data.client_ids,
-        lambda cid: data.arrays(cid, 'test'),
-    )
+        weights, data.client_ids, lambda cid: data.arrays(cid, split))
 
   def _train_locally(self, initial_weights, epochs: int, tag: int):
     """Per-client models trained from `initial_weights` (one per client)."""
@@ -196,7 +257,8 @@ class Trainer:
     step = config.clients_per_round
     for start in range(0, len(client_ids), step):
       group = client_ids[start:start + step]
-      datasets = client_datasets(self.experiment, group, tag, epochs=1)
+      datasets = client_datasets(self.experiment, group, tag, epochs=1,
+                                 poisoned=self._poisoned)
       trained.update(zip(group, computation(initial_weights, datasets)))
     return trained
 
@@ -219,20 +281,22 @@ class Trainer:
     if config.algorithm != 'standalone':
       state, history = self._run_rounds(state, start_round)
     global_weights = self.process.get_model_weights(state)
-    if config.algorithm == 'fedavg':
+    if config.algorithm in ('fedavg', 'fedavg_ft', 'ditto'):
       evaluations['global'] = self.evaluate(global_weights)
-    elif config.algorithm == 'fedavg_ft':
-      evaluations['global'] = self.evaluate(global_weights)
+    if config.algorithm == 'fedavg_ft':
       logging.info('Fine-tuning the global model on every client for %d'
                    ' epoch(s).', config.finetune_epochs)
       evaluations['fine_tuned'] = self.evaluate(self._train_locally(
           global_weights, config.finetune_epochs, tag=config.rounds + 1))
-    else:
+    elif config.algorithm == 'standalone':
       epochs = self.standalone_epochs()
       logging.info('Standalone: each client trains alone for %d epoch(s).',
                    epochs)
       evaluations['standalone'] = self.evaluate(
           self._train_locally(global_weights, epochs, tag=0))
+    elif config.algorithm == 'ditto':
+      evaluations['personalized'] = self.evaluate(
+          self._personal.lookup(global_weights))
     self._write_final(evaluations)
     return RunResult(
         rounds_completed=(0 if config.algorithm == 'standalone'
@@ -252,6 +316,49 @@ class Trainer:
     return max(1, round(c.rounds * c.local_epochs * c.clients_per_round /
                         c.num_clients))
 
+  def _personalize(self, state, sampled: Sequence[str], round_num: int,
+                   global_datasets: Sequence[tf.data.Dataset]) -> None:
+    """Ditto's personal step for the round's clients, anchored at w^t.
+
+    A client seen for the first time starts from w^t. With a lambda grid, a
+    new client trains one candidate per lambda and keeps the one with the
+    lowest loss on its validation split (the Ditto paper's heuristic); the
+    chosen lambda is stored with its model.
+    """
+    config = self.config
+    if config.ditto_variant == 'interleaved':
+      datasets = global_datasets  # The very batches of the global update.
+    else:
+      datasets = client_datasets(self.experiment, sampled, round_num,
+                                 config.personal_epochs, stream=1,
+                                 poisoned=self._poisoned)
+    anchor = self.process.get_model_weights(state)
+    jobs = []  # (client, lambda) per personalize input.
+    inputs = []
+    for cid, dataset in zip(sampled, datasets):
+      start = self._personal.weights(cid)
+      lam = self._personal.lam(cid)
+      candidates = [lam] if lam is not None else self._personal.lambda_grid
+      for candidate in candidates:
+        jobs.append((cid, candidate))
+        inputs.append(ditto.personal_input(
+            dataset, anchor if start is None else start, candidate))
+    outputs = self.process.personalize(state, inputs)
+    results = {job: out['personal'] for job, out in zip(jobs, outputs)}
+    chosen = {}
+    undecided = [cid for cid in sampled if self._personal.lam(cid) is None]
+    if undecided:
+      losses = self._evaluator.evaluate_clients(
+          results, [job for job in jobs if job[0] in undecided],
+          lambda job: self.experiment.data.arrays(job[0], 'validation'))
+      for cid in undecided:
+        best = min(self._personal.lambda_grid,
+                   key=lambda lam, cid=cid: losses[(cid, lam)].loss)
+        chosen[cid] = best
+    for cid in sampled:
+      lam = chosen.get(cid, self._personal.lam(cid))
+      self._personal.write(cid, results[(cid, lam)], round_num, lam)
+
   def _run_rounds(self, state, start_round: int):
     config = self.config
     history = []
@@ -262,8 +369,13 @@ class Trainer:
                                config.clients_per_round, config.seed,
                                round_num)
       datasets = client_datasets(self.experiment, sampled, round_num,
-                                 config.local_epochs)
-      output = self.process.next(state, datasets)
+                                 config.local_epochs,
+                                 poisoned=self._poisoned)
+      if self._personal is not None:
+        self._personalize(state, sampled, round_num, datasets)
+      output = self.process.next(state, [
+          fed_avg.client_input(ds, self._attack_specs.get(cid))
+          for cid, ds in zip(sampled, datasets)])
       state = output.state
       released = {
           k.replace('client_work/train/', 'train_'): v
@@ -271,14 +383,17 @@ class Trainer:
           if k.startswith('client_work/train/')
       }
       if config.eval_every and round_num % config.eval_every == 0:
-        stats = per_client.summarize_clients(
-            self.evaluate(self.process.get_model_weights(state)))
-        released.update(stats['accuracy'].as_dict('test_accuracy_'))
-        released['test_loss_mean'] = stats['loss'].mean
+        released.update(self._round_evaluation(state))
       released['seconds'] = time.monotonic() - round_start
-      # Checkpoint first: a release for a round that has no checkpoint is
-      # overwritten when that round runs again after a resume.
+      # Client state, then the checkpoint, then pruning: a kill between any
+      # two leaves a consistent pair (see tff_fair.state.client_store).
+      if self._personal is not None:
+        self._personal.commit(round_num)
       asyncio.run(self._state_manager.save(state, round_num))
+      if self._personal is not None:
+        self._personal.prune(round_num)
+      # A release for a round that has no checkpoint is overwritten when
+      # that round runs again after a resume.
       for manager in self._releases:
         asyncio.run(manager.release(released, key=round_num))
       history.append(released)
@@ -293,12 +408,22 @@ class Trainer:
           released['seconds'], _format_duration(eta))
     return state, history
 
+  def _round_evaluation(self, state) -> dict[str, float]:
+    """Test statistics of the model(s) a client would use now."""
+    weights = self.process.get_model_weights(state)
+    if self._personal is not None:
+      weights = self._personal.lookup(weights)
+    stats = per_client.summarize_clients(self.evaluate(weights))
+    released = stats['accuracy'].as_dict('test_accuracy_')
+    released['test_loss_mean'] = stats['loss'].mean
+    return released
+
   def _write_final(
       self, evaluations: Mapping[str, Mapping[str, ClientMetrics]]
   ) -> None:
     out = self.config.output_dir
-    fields = ['model', 'client', 'num_examples', 'loss', 'accuracy',
-              'balanced_accuracy']
+    fields = ['model', 'client', 'malicious', 'num_examples', 'loss',
+              'accuracy', 'balanced_accuracy']
 
     def write_csv(f):
       writer = csv.DictWriter(f, fieldnames=fields)
@@ -306,19 +431,30 @@ class Trainer:
       for kind, metrics in evaluations.items():
         for cid, m in metrics.items():
           writer.writerow({'model': kind, 'client': cid,
+                           'malicious': int(cid in self.malicious),
                            **dataclasses.asdict(m)})
 
     _write_atomically(os.path.join(out, 'clients_final.csv'), write_csv)
-    summary = {
-        kind: {name: dataclasses.asdict(stats) for name, stats in
-               per_client.summarize_clients(metrics).items()}
-        for kind, metrics in evaluations.items()
-    }
+    summary = {}
+    for kind, metrics in evaluations.items():
+      groups = {kind: metrics}
+      if self.malicious:
+        groups[f'{kind}:benign'] = {
+            c: m for c, m in metrics.items() if c not in self.malicious}
+        groups[f'{kind}:malicious'] = {
+            c: m for c, m in metrics.items() if c in self.malicious}
+      for name, group in groups.items():
+        summary[name] = {
+            metric: dataclasses.asdict(stats) for metric, stats in
+            per_client.summarize_clients(group).items()}
     _write_atomically(os.path.join(out, 'summary.json'),
                       lambda f: json.dump(summary, f, indent=2))
     for kind, metrics in evaluations.items():
-      logging.info('Per-client test metrics of the %s model(s):\n%s', kind,
-                   per_client.format_table(metrics))
+      shown = {c: m for c, m in metrics.items() if c not in self.malicious}
+      logging.info(
+          'Per-client test metrics of the %s model(s)%s:\n%s', kind,
+          ' (benign clients)' if self.malicious else '',
+          per_client.format_table(shown))
 
 
 def run(config: config_lib.RunConfig) -> RunResult:

@@ -4,7 +4,9 @@ This is the wiring shared by the program binaries, the benchmarks and a
 user's notebook; it holds no training logic.
 """
 
+from collections.abc import Sequence
 import dataclasses
+import json
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -50,6 +52,47 @@ def build_optimizer(
       f'Unknown optimizer {name!r}; choose one of'
       f' {", ".join(config_lib.OPTIMIZERS)}.'
   )
+
+
+def build_aggregator(
+    config: config_lib.RunConfig,
+) -> tff.aggregators.AggregationFactory:
+  """The aggregation factory of the global model's updates."""
+  if config.aggregator == 'mean':
+    return tff.aggregators.MeanFactory()
+  if config.aggregator == 'robust':
+    return tff.learning.robust_aggregator()
+  if config.aggregator == 'dp':
+    return tff.learning.dp_aggregator(
+        noise_multiplier=config.dp_noise_multiplier,
+        clients_per_round=config.clients_per_round)
+  return tff.learning.compression_aggregator()
+
+
+def load_lambdas(path: str, client_ids: Sequence[str]) -> dict[str, float]:
+  """Per-client Ditto lambdas from a JSON file {client_id: lambda}.
+
+  Raises:
+    ConfigError: If the file is unreadable, a value is not a lambda, or a
+      client is missing.
+  """
+  try:
+    with open(path) as f:
+      mapping = json.load(f)
+  except (OSError, ValueError) as e:
+    raise config_lib.ConfigError(
+        f'Cannot read the Ditto lambdas file {path}: {e}') from e
+  if not isinstance(mapping, dict):
+    raise config_lib.ConfigError(
+        f'{path} must hold a JSON object {{client_id: lambda}}.')
+  missing = [cid for cid in client_ids if cid not in mapping]
+  if missing:
+    raise config_lib.ConfigError(
+        f'{path} has no lambda for {len(missing)} client(s), e.g.'
+        f' {", ".join(missing[:5])}; give every client a value.')
+  for cid in client_ids:
+    config_lib.check_lambda(f'{path}[{cid!r}]', mapping[cid])
+  return {cid: float(mapping[cid]) for cid in client_ids}
 
 
 def model_spec_for(
