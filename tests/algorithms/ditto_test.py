@@ -1,0 +1,174 @@
+"""Ditto and the attack-capable FedAvg on real digits."""
+
+import collections
+
+import numpy as np
+from sklearn import datasets as sk_datasets
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import tff_test_utils
+from tff_fair import attacks
+from tff_fair.algorithms import ditto
+from tff_fair.algorithms import fed_avg
+from tff_fair.algorithms import local_training
+from tff_fair.models import model_fns
+
+_DIGITS = sk_datasets.load_digits()
+_X = (_DIGITS.images / 16.0).astype(np.float32)[..., None]
+_Y = _DIGITS.target.astype(np.int32)
+
+
+def _dataset(client, size=100, batch=20):
+  rows = slice(client * size, (client + 1) * size)
+  return tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(x=_X[rows], y=_Y[rows])).batch(batch)
+
+
+def _sgd(lr=0.1):
+  return tff.learning.optimizers.build_sgdm(learning_rate=lr)
+
+
+def _distance(a, b):
+  return np.sqrt(sum(np.sum((x - y)**2)
+                     for x, y in zip(a.trainable, b.trainable)))
+
+
+_SPEC = model_fns.build_model_spec(
+    'lenet', x_shape=(8, 8, 1), x_dtype=tf.float32, y_shape=(),
+    num_classes=10)
+
+
+def _build_ditto(aggregator=None):
+  return ditto.build_ditto(
+      _SPEC.model_fn, client_optimizer=_sgd(), server_optimizer=_sgd(1.0),
+      personal_optimizer=_sgd(), model_aggregator=aggregator)
+
+
+class DittoTest(tff_test_utils.TffTestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    # Tracing a process takes seconds: build the shared ones once.
+    cls.ditto_process = _build_ditto()
+    cls.fed_avg_process = fed_avg.build_fed_avg(_SPEC.model_fn, _sgd(),
+                                                _sgd(1.0))
+
+  def setUp(self):
+    super().setUp()
+    self.spec = _SPEC
+    self.w0 = _SPEC.initial_weights(seed=0)
+
+  def _ditto(self, aggregator=None):
+    return (self.ditto_process if aggregator is None
+            else _build_ditto(aggregator))
+
+  def _state(self, process):
+    return process.set_model_weights(process.initialize(), self.w0)
+
+  def test_benign_fed_avg_equals_tff_fed_avg(self):
+    ours = self.fed_avg_process
+    theirs = tff.learning.algorithms.build_weighted_fed_avg(
+        self.spec.model_fn, client_optimizer_fn=_sgd(),
+        server_optimizer_fn=_sgd(1.0))
+    a = ours.next(self._state(ours),
+                  [fed_avg.client_input(_dataset(i)) for i in range(3)])
+    b = theirs.next(theirs.set_model_weights(theirs.initialize(), self.w0),
+                    [_dataset(i) for i in range(3)])
+    self.assertAllClose(ours.get_model_weights(a.state).trainable,
+                        theirs.get_model_weights(b.state).trainable)
+    self.assertEqual(a.metrics['client_work']['train'],
+                     b.metrics['client_work']['train'])
+
+  def test_update_attacks(self):
+    process = self.fed_avg_process
+    state = self._state(process)
+
+    def update(spec):
+      out = process.next(state, [fed_avg.client_input(_dataset(0), spec)])
+      return [w - v for w, v in zip(
+          process.get_model_weights(out.state).trainable, self.w0.trainable)]
+
+    honest = update(None)
+    replaced = update(attacks.attack_spec(attacks.MODEL_REPLACEMENT, 10.0,
+                                          seed=1, client_index=0))
+    self.assertAllClose([10 * h for h in honest], replaced, rtol=1e-4,
+                        atol=1e-6)
+    noise = update(attacks.attack_spec(attacks.RANDOM_UPDATES, 1.0, seed=1,
+                                       client_index=0))
+    for h, n in zip(honest, noise):
+      if h.size > 100:  # Std of large tensors is well estimated.
+        self.assertAllClose(np.std(n), np.std(h), rtol=0.2)
+        self.assertLess(abs(np.corrcoef(h.ravel(), n.ravel())[0, 1]), 0.2)
+
+  def test_lambda_pulls_personal_model_to_global(self):
+    process = self._ditto()
+    state = self._state(process)
+    start = self.spec.initial_weights(seed=5)  # A personal model != w^t.
+    lambdas = [0.0, 0.1, 1.0, 10.0]
+    outs = process.personalize(state, [
+        ditto.personal_input(_dataset(1), start, lam) for lam in lambdas])
+    distances = [_distance(o['personal'], self.w0) for o in outs]
+    self.assertEqual(distances, sorted(distances, reverse=True), distances)
+    self.assertLess(distances[-1], 0.9 * distances[0])
+
+  def test_lambda_zero_is_plain_local_training(self):
+    process = self._ditto()
+    out, = process.personalize(self._state(process), [
+        ditto.personal_input(_dataset(2), self.w0, 0.0)])
+    local = local_training.build_local_train_fn(
+        self.spec.model_fn, _sgd(), epochs=1)(self.w0, _dataset(2))
+    self.assertAllClose(out['personal'].trainable, local.trainable)
+    self.assertEqual(out['num_examples'], 100)
+
+  def test_personal_models_never_reach_the_server(self):
+    process = self._ditto()
+    self.assertIsInstance(process, tff.learning.templates.LearningProcess)
+    next_result = process.next.type_signature.result
+    self.assertEqual(next_result.state.placement, tff.SERVER)
+    self.assertEqual(next_result.metrics.placement, tff.SERVER)
+    personal_result = process.personalize.type_signature.result
+    self.assertEqual(personal_result.placement, tff.CLIENTS)
+    self.assertFalse(personal_result.all_equal)
+    # The state type is exactly FedAvg's: nothing per client in it.
+    self.assertEqual(process.initialize.type_signature,
+                     self.fed_avg_process.initialize.type_signature)
+
+  def test_runs_in_tff_simulation_loop(self):
+    process = self._ditto()
+    rounds = []
+
+    def select(round_num):
+      rounds.append(round_num)
+      return [fed_avg.client_input(_dataset(i)) for i in range(2)]
+
+    state = tff.simulation.run_training_process(
+        process, select, total_rounds=2)
+    self.assertEqual(rounds, [1, 2])
+    weights = process.get_model_weights(state)
+    self.assertTrue(all(np.isfinite(w).all() for w in weights.trainable))
+
+  def test_composes_with_tff_aggregators(self):
+    for aggregator in (
+        tff.learning.robust_aggregator(),
+        tff.learning.dp_aggregator(noise_multiplier=0.1, clients_per_round=2),
+        tff.learning.compression_aggregator(),
+    ):
+      process = self._ditto(aggregator)
+      state = self._state(process)
+      personal = {0: self.w0, 1: self.w0}
+      for _ in range(2):
+        outs = process.personalize(state, [
+            ditto.personal_input(_dataset(i), personal[i], 1.0)
+            for i in range(2)])
+        personal = {i: o['personal'] for i, o in enumerate(outs)}
+        state = process.next(state, [
+            fed_avg.client_input(_dataset(i)) for i in range(2)]).state
+      moved = _distance(process.get_model_weights(state), self.w0)
+      self.assertGreater(moved, 0.0, type(aggregator).__name__)
+      self.assertTrue(np.isfinite(moved))
+
+
+if __name__ == '__main__':
+  tf.test.main()
