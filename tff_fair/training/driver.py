@@ -58,12 +58,14 @@ class RunResult:
     evaluations: Model kind ('global', 'fine_tuned', 'standalone') ->
       client id -> metrics on that client's test split.
     history: One dict of released values per round run in this invocation.
+    malicious: The clients that attacked (empty without an attack).
   """
 
   rounds_completed: int
   resumed_from_round: int
   evaluations: dict[str, dict[str, ClientMetrics]]
   history: list[dict[str, float]]
+  malicious: frozenset[str] = frozenset()
 
 
 def sample_clients(
@@ -304,6 +306,7 @@ class Trainer:
         resumed_from_round=start_round,
         evaluations=evaluations,
         history=history,
+        malicious=self.malicious,
     )
 
   def standalone_epochs(self) -> int:
