@@ -89,14 +89,19 @@ def poison_labels(
   return rng.integers(0, num_classes, size=labels.shape).astype(labels.dtype)
 
 
-def no_attack() -> collections.OrderedDict:
-  return attack_spec(NONE, scale=1.0, seed=0, client_index=0)
+def no_attack(seed: int = 0, client_index: int = 0) -> collections.OrderedDict:
+  return attack_spec(NONE, scale=1.0, seed=seed, client_index=client_index)
 
 
 def attack_spec(
     kind: str, scale: float, seed: int, client_index: int
 ) -> collections.OrderedDict:
-  """The per-client attack input of the federated computations."""
+  """The per-client attack input of the federated computations.
+
+  Its `seed` (int32[2]) also seeds the client's other randomness (e.g.
+  Aequa's sampled widths), so drivers give every client a fresh one each
+  round, attacking or not.
+  """
   return collections.OrderedDict(
       kind=np.int32(_UPDATE_ATTACK_CODES[kind]),
       scale=np.float32(scale),

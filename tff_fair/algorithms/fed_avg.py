@@ -34,6 +34,9 @@ from tff_fair import attacks
 from tff_fair.algorithms import client_training
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
+TrainingLoopFn = Callable[
+    [tff.learning.models.VariableModel, tff.learning.optimizers.Optimizer],
+    Callable[..., collections.OrderedDict]]
 
 
 def client_input(
@@ -54,8 +57,17 @@ def _first_element(dataset: tf.data.Dataset):
       lambda _, element: element)
 
 
+def _plain_training_loop(model, optimizer):
+  loop = client_training.build_training_loop(model, optimizer)
+  return lambda start, data, seed: loop(start, data)
+
+
 def build_client_work(
-    model_fn: ModelFn, optimizer: tff.learning.optimizers.Optimizer
+    model_fn: ModelFn,
+    optimizer: tff.learning.optimizers.Optimizer,
+    *,
+    training_loop_fn: Optional[TrainingLoopFn] = None,
+    data_type: Optional[tff.SequenceType] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Client work: local training from the broadcast model, then the attack.
 
@@ -63,6 +75,16 @@ def build_client_work(
     (<()@SERVER, {W}@CLIENTS, {<data=D*, attack=A*>}@CLIENTS> ->
      <state=()@SERVER, result={ClientResult}@CLIENTS, measurements=
      <train=M>@SERVER>)
+
+  Args:
+    model_fn: No-arg callable returning a fresh `VariableModel`.
+    optimizer: The local optimizer.
+    training_loop_fn: `(model, optimizer) -> train(start, data, seed)` with
+      the contract of `client_training.build_training_loop` plus a per-client
+      seed (int32[2]) for the loop's own randomness; default: plain local
+      training. Aequa's sandwich training plugs in here.
+    data_type: The client data's type when it differs from the model's
+      input spec (e.g. Aequa adds the width inside the loop).
   """
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
   with tf.Graph().as_default():
@@ -73,18 +95,18 @@ def build_client_work(
             probe.report_local_unfinalized_metrics()))
     metric_finalizers = probe.metric_finalizers()
   input_type = collections.OrderedDict(
-      data=client_training.data_type_of(model_fn),
+      data=data_type or client_training.data_type_of(model_fn),
       attack=tff.SequenceType(tff.types.tensorflow_to_type(
           attacks.attack_spec_type())))
 
   @tff.tensorflow.computation(weights_type, input_type)
   def client_update(initial_weights, client_data):
-    loop = client_training.build_training_loop(model_fn(), optimizer)
-    trained = loop(initial_weights, client_data['data'])
+    spec = _first_element(client_data['attack'])
+    loop = (training_loop_fn or _plain_training_loop)(model_fn(), optimizer)
+    trained = loop(initial_weights, client_data['data'], spec['seed'])
     update = tf.nest.map_structure(
         tf.subtract, initial_weights.trainable, trained['weights'].trainable)
-    update = attacks.apply_update_attack(
-        update, _first_element(client_data['attack']))
+    update = attacks.apply_update_attack(update, spec)
     # As TFF's FedAvg: a non-finite update is zeroed and gets no weight.
     update, non_finite = _zero_non_finite(update)
     weight = tf.cond(non_finite,
@@ -129,6 +151,9 @@ def build_fed_avg(
     client_optimizer: tff.learning.optimizers.Optimizer,
     server_optimizer: tff.learning.optimizers.Optimizer,
     model_aggregator: Optional[tff.aggregators.AggregationFactory] = None,
+    *,
+    training_loop_fn: Optional[TrainingLoopFn] = None,
+    data_type: Optional[tff.SequenceType] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedAvg with per-client attack inputs.
 
@@ -141,6 +166,8 @@ def build_fed_avg(
       `tff.learning.robust_aggregator()`, `tff.learning.dp_aggregator(...)`
       (unweighted: clients count equally) or
       `tff.learning.compression_aggregator()`.
+    training_loop_fn: See `build_client_work`.
+    data_type: See `build_client_work`.
 
   Returns:
     A `tff.learning.templates.LearningProcess`; see the module docstring for
@@ -160,7 +187,9 @@ def build_fed_avg(
   return tff.learning.templates.compose_learning_process(
       initial_weights_fn,
       tff.learning.templates.build_broadcast_process(weights_type),
-      build_client_work(model_fn, client_optimizer),
+      build_client_work(model_fn, client_optimizer,
+                        training_loop_fn=training_loop_fn,
+                        data_type=data_type),
       aggregator_factory.create(weights_type.trainable,
                                 tff.TensorType(np.float32)),
       tff.learning.templates.build_apply_optimizer_finalizer(

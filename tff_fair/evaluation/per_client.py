@@ -56,9 +56,19 @@ class ClientEvaluator:
   def __init__(
       self, build_keras: Callable[[Optional[int]], tf.keras.Model],
       batch_size: int = 512,
+      input_fn: Optional[Callable[[tf.Tensor], object]] = None,
   ):
+    """Creates an evaluator.
+
+    Args:
+      build_keras: `seed -> tf.keras.Model` of the architecture.
+      batch_size: Examples per forward pass.
+      input_fn: Maps a batch of features to the model's input (e.g. adds a
+        slimmable model's width); default: the features themselves.
+    """
     self._build_keras = build_keras
     self._batch_size = batch_size
+    self._input_fn = input_fn or (lambda x: x)
 
   def evaluate(
       self, weights: ModelWeights, x: np.ndarray, y: np.ndarray
@@ -92,7 +102,7 @@ class ClientEvaluator:
       if logits_fn is None:
         # Clients' test sets differ in size: one trace for every batch size.
         logits_fn = tf.function(
-            lambda batch: model(batch, training=False),
+            lambda batch: model(self._input_fn(batch), training=False),
             input_signature=[tf.TensorSpec([None, *x.shape[1:]], x.dtype)])
       if len(y) == 0:
         raise ValueError(

@@ -195,11 +195,7 @@ class Trainer:
     self.malicious = attacks.choose_malicious(client_ids, attack)
     self._poisoned = (self.malicious if config.attack ==
                       attacks.LABEL_POISONING else frozenset())
-    index = {cid: i for i, cid in enumerate(client_ids)}
-    self._attack_specs = {
-        cid: attacks.attack_spec(config.attack, config.attack_scale,
-                                 config.seed, index[cid])
-        for cid in self.malicious}
+    self._client_index = {cid: i for i, cid in enumerate(client_ids)}
     out = config.output_dir
     self._personal = None
     if config.algorithm == 'ditto':
@@ -377,7 +373,7 @@ class Trainer:
       if self._personal is not None:
         self._personalize(state, sampled, round_num, datasets)
       output = self.process.next(state, [
-          fed_avg.client_input(ds, self._attack_specs.get(cid))
+          fed_avg.client_input(ds, self._client_spec(cid, round_num))
           for cid, ds in zip(sampled, datasets)])
       state = output.state
       released = {
@@ -410,6 +406,15 @@ class Trainer:
           released.get('train_accuracy', math.nan), test,
           released['seconds'], _format_duration(eta))
     return state, history
+
+  def _client_spec(self, client_id: str, round_num: int):
+    """A client's attack and seed input for one round."""
+    kind = (self.config.attack if client_id in self.malicious
+            else attacks.NONE)
+    return attacks.attack_spec(
+        kind, self.config.attack_scale,
+        seed=shuffle_seed(self.config.seed, round_num, 0, stream=2),
+        client_index=self._client_index[client_id])
 
   def _round_evaluation(self, state) -> dict[str, float]:
     """Test statistics of the model(s) a client would use now."""
