@@ -94,6 +94,19 @@ flags.DEFINE_float('malicious_fraction', _DEFAULTS.malicious_fraction,
                    'Fraction of clients that attack.')
 flags.DEFINE_float('attack_scale', _DEFAULTS.attack_scale,
                    'model_replacement: update multiplier.')
+flags.DEFINE_float('p_min', _DEFAULTS.p_min, 'aequa: smallest width.')
+flags.DEFINE_float('p_max', _DEFAULTS.p_max, 'aequa: largest sampled width.')
+flags.DEFINE_integer('widths_per_step', _DEFAULTS.widths_per_step,
+                     'aequa: widths sampled per step besides the full one.')
+flags.DEFINE_float('width_step', _DEFAULTS.width_step,
+                   'aequa: spacing of the width-accuracy curve.')
+flags.DEFINE_enum('allocation_solver', _DEFAULTS.allocation_solver,
+                  config_lib.ALLOCATION_SOLVERS, 'aequa: width allocation.')
+flags.DEFINE_integer('annealing_iterations', 0,
+                     'aequa: annealer iterations (0: its default).')
+flags.DEFINE_string('contributions_file', '',
+                    'aequa: JSON {client_id: contribution}; default:'
+                    ' standalone accuracy.')
 flags.DEFINE_integer('max_concurrent_computation_calls', -1,
                      'TFF worker concurrency (-1: unlimited).')
 flags.mark_flag_as_required('output_dir')

@@ -155,6 +155,11 @@ class VarianceOverMeanCost:
     return cost if cost.ndim else float(cost)
 
 
+
+class NoAdmissibleAllocation(ValueError):
+  """Even giving every client the best model leaves mean gain + eps <= 0."""
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Allocation:
   """One width per client (arrays are read-only).
@@ -363,7 +368,7 @@ def _sweep(
   if not math.isfinite(best):
     # Only possible with IR-infeasible clients: the last candidate gives
     # everyone the best model, the largest mean gain there is.
-    raise ValueError(
+    raise NoAdmissibleAllocation(
         f'no admissible allocation: {int((~problem.feasible).sum())} clients'
         f' have contributions above the best accuracy {v[-1]}, and even'
         f' giving every client the best model leaves a mean gain of'
@@ -516,7 +521,7 @@ def _anneal(
     gains = v[state] - c
     current = full_cost(gains)
     if not math.isfinite(current):
-      raise ValueError(
+      raise NoAdmissibleAllocation(
           f'no admissible allocation under {_cost_name(cost)}: even giving'
           f' every client the best model costs inf (mean gain'
           f' {gains.mean():.6g}; {int((~problem.feasible).sum())} clients'

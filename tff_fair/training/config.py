@@ -14,7 +14,8 @@ import os
 import tempfile
 from typing import Any, Optional
 
-ALGORITHMS = ('fedavg', 'fedavg_ft', 'standalone', 'ditto')
+ALGORITHMS = ('fedavg', 'fedavg_ft', 'standalone', 'ditto', 'aequa')
+ALLOCATION_SOLVERS = ('exact', 'annealing')
 PARTITIONS = ('homogeneous', 'dirichlet', 'quantity_skew', 'label_skew',
               'natural')
 OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'adamw')
@@ -88,6 +89,13 @@ class RunConfig:
     attack: One of `ATTACKS` (tff_fair.attacks).
     malicious_fraction: Fraction of clients that attack.
     attack_scale: Update multiplier of 'model_replacement'.
+    p_min / p_max: Aequa's width range (0 < p_min <= p_max <= 1).
+    widths_per_step: Aequa: widths sampled per local step besides the full.
+    width_step: Aequa: spacing of the width-accuracy curve's widths.
+    allocation_solver: Aequa: 'exact' (common-target sweep) or 'annealing'.
+    annealing_iterations: Iterations of the annealer (0: its default).
+    contributions_file: Aequa: JSON {client_id: contribution} for every
+      client; '' measures contributions as standalone test accuracy.
   """
 
   algorithm: str = 'fedavg'
@@ -128,6 +136,13 @@ class RunConfig:
   attack: str = 'none'
   malicious_fraction: float = 0.0
   attack_scale: float = 10.0
+  p_min: float = 0.1
+  p_max: float = 1.0
+  widths_per_step: int = 1
+  width_step: float = 0.05
+  allocation_solver: str = 'exact'
+  annealing_iterations: int = 0
+  contributions_file: str = ''
 
   def __post_init__(self):
     _check_choice('algorithm', self.algorithm, ALGORITHMS)
@@ -138,6 +153,20 @@ class RunConfig:
     _check_choice('aggregator', self.aggregator, AGGREGATORS)
     _check_choice('ditto_variant', self.ditto_variant, DITTO_VARIANTS)
     _check_choice('attack', self.attack, ATTACKS)
+    _check_choice('allocation_solver', self.allocation_solver,
+                  ALLOCATION_SOLVERS)
+    if not (0 < self.p_min <= 1 and 0 < self.p_max <= 1):
+      raise ConfigError(
+          f'Widths must be in (0, 1]; got p_min={self.p_min},'
+          f' p_max={self.p_max}.')
+    if self.p_min > self.p_max:
+      raise ConfigError(
+          f'p_min={self.p_min} exceeds p_max={self.p_max}.')
+    if not 0 < self.width_step <= 1:
+      raise ConfigError(f'width_step must be in (0, 1], got {self.width_step}.')
+    for name in ('widths_per_step', 'annealing_iterations'):
+      if getattr(self, name) < 0:
+        raise ConfigError(f'{name} must be >= 0, got {getattr(self, name)}.')
     for name in ('num_clients', 'clients_per_round', 'rounds',
                  'local_epochs', 'batch_size', 'finetune_epochs',
                  'personal_epochs'):
@@ -210,6 +239,15 @@ class RunConfig:
           f' {", ".join(DATASETS)}.')
     if not self.output_dir:
       raise ConfigError('output_dir is required (checkpoints go there).')
+
+  def width_grid(self) -> tuple[float, ...]:
+    """Widths of the width-accuracy curve: p_min, p_min + step, ..., p_max."""
+    count = int(math.floor((self.p_max - self.p_min) / self.width_step + 1e-9))
+    grid = [round(self.p_min + i * self.width_step, 10)
+            for i in range(count + 1)]
+    if grid[-1] < self.p_max - 1e-9:
+      grid.append(self.p_max)
+    return tuple(grid)
 
   def lambda_grid(self) -> tuple[float, ...]:
     """The parsed `ditto_lambda_grid` (empty when not given)."""

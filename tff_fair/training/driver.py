@@ -36,6 +36,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fair import attacks
+from tff_fair.algorithms import aequa
 from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
 from tff_fair.algorithms import local_training
@@ -43,6 +44,7 @@ from tff_fair.evaluation import per_client
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
 from tff_fair.training import personal as personal_lib
+from tff_fair.training import rewards as rewards_lib
 
 ClientMetrics = per_client.ClientMetrics
 
@@ -129,7 +131,7 @@ def client_datasets(
 def build_process(
     experiment: experiment_lib.Experiment,
 ) -> tff.learning.templates.LearningProcess:
-  """The federated process of a run: FedAvg (attack-capable) or Ditto."""
+  """The federated process of a run: FedAvg (attack-capable), Ditto, Aequa."""
   config = experiment.config
   optimizer = experiment_lib.build_optimizer
   client_optimizer = optimizer(config.client_optimizer,
@@ -137,6 +139,12 @@ def build_process(
   server_optimizer = optimizer(config.server_optimizer,
                                config.server_learning_rate)
   aggregator = experiment_lib.build_aggregator(config)
+  if config.algorithm == 'aequa':
+    return aequa.build_aequa(
+        experiment.model_spec.model_fn, client_optimizer=client_optimizer,
+        server_optimizer=server_optimizer, model_aggregator=aggregator,
+        p_min=config.p_min, p_max=config.p_max,
+        widths_per_step=config.widths_per_step)
   if config.algorithm == 'ditto':
     return ditto.build_ditto(
         experiment.model_spec.model_fn,
@@ -188,6 +196,8 @@ class Trainer:
     self.process = build_process(experiment)
     self._evaluator = per_client.ClientEvaluator(
         experiment.model_spec.build_keras)
+    self._plain_evaluator = per_client.ClientEvaluator(
+        experiment.plain_model_spec.build_keras)
     client_ids = experiment.data.client_ids
     attack = attacks.AttackConfig(
         kind=config.attack, malicious_fraction=config.malicious_fraction,
@@ -233,18 +243,28 @@ class Trainer:
     return state, version
 
   def evaluate(
-      self, weights: per_client.WeightsSource, split: str = 'test'
+      self, weights: per_client.WeightsSource, split: str = 'test',
+      plain: bool = False,
   ) -> dict[str, ClientMetrics]:
-    """Per-client metrics of global or per-client `weights` on `split`."""
+    """Per-client metrics of global or per-client `weights` on `split`.
+
+    `plain=True` evaluates weights of the architecture without a width
+    input (local training's models).
+    """
     data = self.experiment.data
-    return self._evaluator.evaluate_clients(
+    evaluator = self._plain_evaluator if plain else self._evaluator
+    return evaluator.evaluate_clients(
         weights, data.client_ids, lambda cid: data.arrays(cid, split))
 
   def _train_locally(self, initial_weights, epochs: int, tag: int):
-    """Per-client models trained from `initial_weights` (one per client)."""
+    """Per-client models trained from `initial_weights` (one per client).
+
+    Uses the plain architecture (for Aequa: the full-width model without
+    a width input; its weights have the same layout).
+    """
     config = self.config
     computation = local_training.build_local_training(
-        self.experiment.model_spec.model_fn,
+        self.experiment.plain_model_spec.model_fn,
         experiment_lib.build_optimizer(
             config.client_optimizer, config.client_learning_rate),
         epochs,
@@ -285,13 +305,13 @@ class Trainer:
       logging.info('Fine-tuning the global model on every client for %d'
                    ' epoch(s).', config.finetune_epochs)
       evaluations['fine_tuned'] = self.evaluate(self._train_locally(
-          global_weights, config.finetune_epochs, tag=config.rounds + 1))
+          global_weights, config.finetune_epochs, tag=config.rounds + 1),
+                                                plain=True)
     elif config.algorithm == 'standalone':
-      epochs = self.standalone_epochs()
-      logging.info('Standalone: each client trains alone for %d epoch(s).',
-                   epochs)
-      evaluations['standalone'] = self.evaluate(
-          self._train_locally(global_weights, epochs, tag=0))
+      evaluations['standalone'] = self._standalone(global_weights)
+    elif config.algorithm == 'aequa':
+      evaluations['global'] = self.evaluate(global_weights)
+      evaluations.update(self._aequa_rewards(global_weights))
     elif config.algorithm == 'ditto':
       evaluations['personalized'] = self.evaluate(
           self._personal.lookup(global_weights))
@@ -304,6 +324,44 @@ class Trainer:
         history=history,
         malicious=self.malicious,
     )
+
+  def _standalone(self, initial_weights) -> dict[str, ClientMetrics]:
+    epochs = self.standalone_epochs()
+    logging.info('Standalone: each client trains alone for %d epoch(s).',
+                 epochs)
+    return self.evaluate(self._train_locally(initial_weights, epochs, tag=0),
+                         plain=True)
+
+  def _aequa_rewards(self, global_weights) -> dict[str, dict[str,
+                                                              ClientMetrics]]:
+    """Contributions, width allocation and the rewarded models' metrics."""
+    config = self.config
+    data = self.experiment.data
+    evaluations = {}
+    if config.contributions_file:
+      contributions = experiment_lib.load_client_values(
+          config.contributions_file, data.client_ids, 'contribution')
+    else:
+      logging.info('Measuring contributions as standalone accuracy.')
+      evaluations['standalone'] = self._standalone(
+          self.experiment.model_spec.initial_weights(config.seed))
+      contributions = {cid: m.accuracy
+                       for cid, m in evaluations['standalone'].items()}
+    split = ('validation' if sum(data.num_examples(c, 'validation')
+                                 for c in data.client_ids) else 'test')
+    pooled = [data.arrays(cid, split) for cid in data.client_ids]
+    held_out = (np.concatenate([x for x, _ in pooled]),
+                np.concatenate([y for _, y in pooled]))
+    rewards = rewards_lib.assign_rewards(
+        self.experiment.model_spec.build_keras, global_weights,
+        config.width_grid(), held_out, contributions,
+        lambda cid: data.arrays(cid, 'test'),
+        solver=config.allocation_solver,
+        annealing_iterations=config.annealing_iterations, seed=config.seed)
+    rewards_lib.write_tables(rewards, config.output_dir)
+    self.rewards = rewards
+    evaluations['aequa'] = dict(rewards.metrics)
+    return evaluations
 
   def standalone_epochs(self) -> int:
     """The local epochs a client gets in federated training, in expectation.

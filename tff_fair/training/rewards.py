@@ -1,0 +1,185 @@
+"""Aequa's post-training rewards: curve, contributions, widths, fairness.
+
+After federated slimmable training the server
+
+1. measures the global model's width-accuracy curve on held-out data (the
+   clients' validation splits pooled; their test splits when there is no
+   validation data), at `RunConfig.width_grid()`;
+2. takes each client's contribution c_i: values the user supplies, or the
+   client's standalone test accuracy (the paper's surrogate);
+3. allocates one width per client with `tff_fair.fairness.allocation`
+   (IR, low variance and high mean of the gains a_i - c_i, a_i read off
+   the curve);
+4. gives each client the global model at its width and measures it on the
+   client's own test split; the fairness report compares those accuracies
+   with the contributions.
+"""
+
+import csv
+import dataclasses
+import json
+import os
+from collections.abc import Mapping, Sequence
+
+from absl import logging
+import numpy as np
+import tensorflow_federated as tff
+
+from tff_fair.evaluation import per_client
+from tff_fair.fairness import allocation as allocation_lib
+from tff_fair.fairness import metrics as fairness_metrics
+from tff_fair.models import slimmable
+
+ModelWeights = tff.learning.models.ModelWeights
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewards:
+  """Attributes:
+
+    widths: The curve's widths.
+    curve: Held-out accuracy of the global model at each width.
+    contributions: Client id -> c_i.
+    allocation: The solver's result (clients in `client_ids` order).
+    client_ids: Clients, in the allocation's order.
+    metrics: Client id -> metrics of the model at its width on its test set.
+    report: Fairness of those accuracies against the contributions.
+  """
+
+  widths: tuple[float, ...]
+  curve: np.ndarray
+  contributions: Mapping[str, float]
+  allocation: allocation_lib.Allocation
+  client_ids: tuple[str, ...]
+  metrics: Mapping[str, per_client.ClientMetrics]
+  report: fairness_metrics.FairnessReport
+
+
+def width_evaluator(build_keras, width: float) -> per_client.ClientEvaluator:
+  """An evaluator running a slimmable model at `width`."""
+  return per_client.ClientEvaluator(
+      build_keras, input_fn=lambda x: slimmable.slimmable_inputs(x, width))
+
+
+def width_accuracy_curve(
+    build_keras, weights: ModelWeights, widths: Sequence[float],
+    x: np.ndarray, y: np.ndarray,
+) -> np.ndarray:
+  """Accuracy of `weights` at each width on `(x, y)`."""
+  return np.array([
+      width_evaluator(build_keras, w).evaluate(weights, x, y).accuracy
+      for w in widths])
+
+
+def assign_rewards(
+    build_keras,
+    weights: ModelWeights,
+    widths: Sequence[float],
+    held_out: tuple[np.ndarray, np.ndarray],
+    contributions: Mapping[str, float],
+    test_arrays,
+    *,
+    solver: str = 'exact',
+    annealing_iterations: int = 0,
+    seed: int = 0,
+) -> Rewards:
+  """Runs steps 1, 3 and 4 of the module docstring.
+
+  Args:
+    build_keras: The slimmable architecture's builder.
+    weights: The trained global model.
+    widths: Curve widths, increasing, in (0, 1].
+    held_out: Pooled held-out `(x, y)` for the curve.
+    contributions: Client id -> c_i for every client to reward.
+    test_arrays: `client_id -> (x, y)` of the client's own test split.
+    solver: 'exact' or 'annealing'.
+    annealing_iterations: Annealer iterations (0: its default).
+    seed: The annealer's seed.
+
+  Returns:
+    The `Rewards`.
+  """
+  curve = width_accuracy_curve(build_keras, weights, widths, *held_out)
+  client_ids = tuple(contributions)
+  c = np.array([contributions[cid] for cid in client_ids])
+  options = {}
+  if solver == 'annealing':
+    options = dict(seed=seed)
+    if annealing_iterations:
+      options['iterations'] = annealing_iterations
+  try:
+    allocation = allocation_lib.allocate(c, np.asarray(widths), curve,
+                                         solver=solver, **options)
+  except allocation_lib.NoAdmissibleAllocation as e:
+    # The global model is worse than what most clients reach alone (e.g.
+    # too few rounds): no allocation has a positive mean gain. Documented
+    # rule: everyone receives the most accurate width; the report then
+    # shows the negative gains.
+    logging.warning('%s Every client receives the most accurate width.', e)
+    allocation = _best_width_for_all(c, np.asarray(widths), curve)
+  metrics = {}
+  for width in sorted(set(allocation.width.tolist())):
+    group = [cid for cid, w in zip(client_ids, allocation.width)
+             if w == width]
+    metrics.update(width_evaluator(build_keras, width).evaluate_clients(
+        weights, group, test_arrays))
+  metrics = {cid: metrics[cid] for cid in client_ids}
+  report = fairness_metrics.fairness_report(
+      c, np.array([metrics[cid].accuracy for cid in client_ids]))
+  return Rewards(tuple(widths), curve, dict(contributions), allocation,
+                 client_ids, metrics, report)
+
+
+def _best_width_for_all(
+    contributions: np.ndarray, widths: np.ndarray, curve: np.ndarray
+) -> allocation_lib.Allocation:
+  best = int(np.flatnonzero(curve == curve.max())[0])  # The narrowest.
+  n = contributions.size
+  gain = curve[best] - contributions
+  return allocation_lib.Allocation(
+      level=np.full(n, best), width=np.full(n, widths[best]),
+      accuracy=np.full(n, curve[best]), gain=gain, cost=float('inf'),
+      mean_gain=float(gain.mean()), gain_variance=float(gain.var()),
+      ir_infeasible=tuple(int(i) for i in np.flatnonzero(gain < 0)),
+      solver='best_width_for_all', cost_name='none')
+
+
+def write_tables(rewards: Rewards, output_dir: str) -> None:
+  """width_accuracy.csv, aequa_allocation.csv and aequa_fairness.json."""
+  with open(os.path.join(output_dir, 'width_accuracy.csv'), 'w',
+            newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['width', 'accuracy'])
+    writer.writerows(zip(rewards.widths, rewards.curve.tolist()))
+  rows = []
+  for i, cid in enumerate(rewards.client_ids):
+    accuracy = rewards.metrics[cid].accuracy
+    rows.append(dict(
+        client=cid, contribution=rewards.contributions[cid],
+        width=float(rewards.allocation.width[i]),
+        curve_accuracy=float(rewards.allocation.accuracy[i]),
+        accuracy=accuracy, gain=accuracy - rewards.contributions[cid]))
+  with open(os.path.join(output_dir, 'aequa_allocation.csv'), 'w',
+            newline='') as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+  with open(os.path.join(output_dir, 'aequa_fairness.json'), 'w') as f:
+    json.dump(dict(
+        rewards.report.as_dict(),
+        allocation_cost=rewards.allocation.cost,
+        allocation_solver=rewards.allocation.solver,
+        ir_infeasible=[rewards.client_ids[i]
+                       for i in rewards.allocation.ir_infeasible]), f,
+              indent=2)
+  lines = [f'{"client":<24}{"contrib.":>9}{"width":>7}{"accuracy":>10}'
+           f'{"gain":>8}']
+  for r in rows:
+    lines.append(f'{r["client"]:<24}{r["contribution"]:>9.4f}'
+                 f'{r["width"]:>7.2f}{r["accuracy"]:>10.4f}{r["gain"]:>8.4f}')
+  report = rewards.report
+  lines.append(
+      f'Pearson(accuracy, contribution)={report.pearson:.4f}  mean gain='
+      f'{report.mean_gain:.4f}  gain spread={report.gain_spread:.4f}  IR'
+      f' violations={report.ir_violations}')
+  logging.info('Aequa rewards:\n%s', '\n'.join(lines))
