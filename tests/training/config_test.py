@@ -40,6 +40,19 @@ class RunConfigTest(parameterized.TestCase):
       ('optimizer', dict(client_optimizer='rmsprop'),
        'Unknown client_optimizer'),
       ('dataset', dict(dataset='imagenet'), 'Unknown dataset .*digits'),
+      ('p_order', dict(p_min=0.8, p_max=0.5), 'p_min=0.8 exceeds p_max=0.5'),
+      ('p_range', dict(p_min=0.0), r'Widths must be in \(0, 1\]'),
+      ('p_max_range', dict(p_max=1.5), r'Widths must be in \(0, 1\]'),
+      ('width_step', dict(width_step=0.0), 'width_step'),
+      ('lambda_negative', dict(ditto_lambda=-0.5), 'lambda must be'),
+      ('lambda_nan', dict(ditto_lambda=float('nan')), 'lambda must be'),
+      ('lambda_grid', dict(ditto_lambda_grid='0.1,x'), 'comma-separated'),
+      ('lambda_grid_negative', dict(ditto_lambda_grid='0.1,-1'),
+       'lambda must be'),
+      ('attack_without_fraction', dict(attack='label_poisoning'),
+       'needs malicious_fraction'),
+      ('solver', dict(allocation_solver='greedy'),
+       'Unknown allocation_solver'),
   )
   def test_bad_settings(self, overrides, message):
     with self.assertRaisesRegex(config_lib.ConfigError, message):
@@ -51,6 +64,15 @@ class RunConfigTest(parameterized.TestCase):
 
   def test_dataset_names_match_the_data_layer(self):
     self.assertEqual(set(config_lib.DATASETS), set(sources.SOURCE_NAMES))
+
+  def test_width_grid(self):
+    config = self._config(p_min=0.1, p_max=1.0, width_step=0.05)
+    grid = config.width_grid()
+    self.assertLen(grid, 19)
+    self.assertAlmostEqual(grid[0], 0.1)
+    self.assertAlmostEqual(grid[-1], 1.0)
+    self.assertEqual(self._config(p_min=0.3, width_step=0.5).width_grid(),
+                     (0.3, 0.8, 1.0))
 
   def test_partition_params(self):
     self.assertEqual(self._config(alpha=0.3).partition_params(),

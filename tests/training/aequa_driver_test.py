@@ -1,0 +1,75 @@
+"""Aequa through the driver: curve, allocation by contribution, tables."""
+
+import csv
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from tests import tff_test_utils
+from tff_fair.training import config as config_lib
+from tff_fair.training import driver
+
+
+def _config(output_dir, **overrides):
+  values = dict(
+      algorithm='aequa', dataset='digits', partition='homogeneous',
+      num_clients=4, clients_per_round=4, rounds=8, batch_size=16,
+      client_learning_rate=0.1, p_min=0.25, width_step=0.25, seed=5,
+      eval_every=0, output_dir=output_dir,
+      data_dir=tff_test_utils.data_dir())
+  values.update(overrides)
+  return config_lib.RunConfig(**values)
+
+
+class AequaDriverTest(tff_test_utils.TffTestCase):
+
+  def test_widths_follow_supplied_contributions(self):
+    out = self.create_tempdir().full_path
+    contributions = {'client_0000': 0.35, 'client_0001': 0.1,
+                     'client_0002': 0.5, 'client_0003': 0.2}
+    path = os.path.join(out, 'contributions.json')
+    with open(path, 'w') as f:
+      json.dump(contributions, f)
+    run_dir = os.path.join(out, 'run')
+    result = driver.run(_config(run_dir, contributions_file=path))
+    self.assertEqual(set(result.evaluations), {'global', 'aequa'})
+    with open(os.path.join(run_dir, 'aequa_allocation.csv')) as f:
+      rows = {r['client']: r for r in csv.DictReader(f)}
+    with open(os.path.join(run_dir, 'width_accuracy.csv')) as f:
+      curve = {float(r['width']): float(r['accuracy'])
+               for r in csv.DictReader(f)}
+    self.assertEqual(sorted(curve), [0.25, 0.5, 0.75, 1.0])
+    by_contribution = sorted(contributions, key=contributions.get)
+    widths = [float(rows[c]['width']) for c in by_contribution]
+    self.assertEqual(widths, sorted(widths))  # Monotone in contribution.
+    for cid, row in rows.items():
+      self.assertIn(float(row['width']), curve)
+      self.assertAlmostEqual(float(row['accuracy']),
+                             result.evaluations['aequa'][cid].accuracy)
+      self.assertAlmostEqual(float(row['gain']),
+                             float(row['accuracy']) - contributions[cid])
+    with open(os.path.join(run_dir, 'aequa_fairness.json')) as f:
+      report = json.load(f)
+    self.assertEqual(report['allocation_solver'], 'exact')
+    self.assertIn('pearson', report)
+
+  def test_bad_contributions(self):
+    out = self.create_tempdir().full_path
+    path = os.path.join(out, 'contributions.json')
+    for content, message in (
+        ('{"client_0000": 0.5}', 'no contribution for 3 client'),
+        ('{"client_0000": NaN, "client_0001": 0.1, "client_0002": 0.1,'
+         ' "client_0003": 0.1}', 'not a finite number'),
+        ('[1, 2]', 'JSON object')):
+      with open(path, 'w') as f:
+        f.write(content)
+      with self.assertRaisesRegex(config_lib.ConfigError, message):
+        driver.Trainer(driver.experiment_lib.build_experiment(
+            _config(os.path.join(out, 'run'), contributions_file=path)
+        ))._aequa_rewards(None)
+
+
+if __name__ == '__main__':
+  tf.test.main()
