@@ -1,0 +1,126 @@
+r"""Aequa vs FedAvg (+ fine-tuning) on Fashion-MNIST under four partitions.
+
+One run prints a table and writes it as CSV. Fashion-MNIST, 10 clients
+(1,000 examples each: 700 train / 100 validation / 200 test), partitions
+homogeneous, Dirichlet(0.5), quantity skew (kappa 0.5 to 2 clients) and
+label skew #C=3, the same rounds for every method. Per partition:
+
+* full-width global accuracy (mean over clients' test splits) of Aequa and of
+  FedAvg;
+* Pearson correlation between each client's final accuracy and its
+  contribution (standalone accuracy), and the collaboration gain spread
+  (max gain - min gain), for Aequa (the model at the allocated width) and
+  for FedAvg + fine-tuning (the fine-tuned model).
+
+Then the slimmable step-time ratio (CIFAR CNN, batch 64, width 0.25 vs 1.0)
+and the allocator time for 10,000 clients and 76 width levels, from their
+own scripts.
+
+  .venv/bin/python -m benchmarks.aequa_fmnist --output_dir=runs/bench_aequa
+"""
+
+import csv
+import os
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from tff_fair.fairness import metrics as fairness_metrics
+from tff_fair.runtime import local as local_runtime
+from tff_fair.training import config as config_lib
+from tff_fair.training import driver
+from tff_fair.training import log_filter
+
+_OUTPUT_DIR = flags.DEFINE_string('output_dir', 'runs/bench_aequa',
+                                  'Runs and the result table go here.')
+_ROUNDS = flags.DEFINE_integer('rounds', 30, 'Federated rounds.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of every run.')
+_DATA_DIR = flags.DEFINE_string('data_dir', '', 'See the README.')
+
+_PARTITIONS = {
+    'homogeneous': dict(partition='homogeneous'),
+    'dirichlet_0.5': dict(partition='dirichlet', alpha=0.5),
+    'quantity_skew': dict(partition='quantity_skew', kappa=0.5,
+                          quantity_clients=2),
+    'label_skew_3': dict(partition='label_skew', classes_per_client=3),
+}
+
+
+def _config(name: str, **overrides) -> config_lib.RunConfig:
+  values = dict(
+      dataset='fashion_mnist', num_clients=10, clients_per_round=10,
+      examples_per_client=1000, validation_fraction=0.1, test_fraction=0.2,
+      rounds=_ROUNDS.value, local_epochs=1, batch_size=32,
+      client_learning_rate=0.05, finetune_epochs=1, eval_every=0,
+      p_min=0.25, width_step=0.05, seed=_SEED.value,
+      data_dir=_DATA_DIR.value,
+      output_dir=os.path.join(_OUTPUT_DIR.value, name))
+  values.update(overrides)
+  return config_lib.RunConfig(**values)
+
+
+def _mean_accuracy(metrics) -> float:
+  return float(np.mean([m.accuracy for m in metrics.values()]))
+
+
+def _fairness(contributions, metrics):
+  clients = sorted(contributions)
+  return fairness_metrics.fairness_report(
+      [contributions[c] for c in clients],
+      [metrics[c].accuracy for c in clients])
+
+
+def main(argv):
+  del argv
+  log_filter.keep_info_logs_of_tff_fair_only()
+  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  rows = []
+  with local_runtime.local_context():
+    for name, partition in _PARTITIONS.items():
+      aequa = driver.run(_config(f'{name}/aequa', algorithm='aequa',
+                                 **partition))
+      fedavg = driver.run(_config(f'{name}/fedavg_ft',
+                                  algorithm='fedavg_ft', **partition))
+      contributions = {c: m.accuracy for c, m in
+                       aequa.evaluations['standalone'].items()}
+      aequa_fair = _fairness(contributions, aequa.evaluations['aequa'])
+      ft_fair = _fairness(contributions, fedavg.evaluations['fine_tuned'])
+      rows.append(dict(
+          partition=name,
+          aequa_full_width_accuracy=_mean_accuracy(
+              aequa.evaluations['global']),
+          fedavg_accuracy=_mean_accuracy(fedavg.evaluations['global']),
+          aequa_pearson=aequa_fair.pearson,
+          fedavg_ft_pearson=ft_fair.pearson,
+          aequa_gain_spread=aequa_fair.gain_spread,
+          fedavg_ft_gain_spread=ft_fair.gain_spread,
+          aequa_ir_violations=aequa_fair.ir_violations))
+  header = ('{:<16}{:>11}{:>10}{:>10}{:>10}{:>12}{:>12}{:>6}'.format(
+      'partition', 'aequa acc', 'fedavg', 'aequa r', 'ft r',
+      'aequa sprd', 'ft sprd', 'IR'))
+  lines = [header]
+  for r in rows:
+    lines.append('{:<16}{:>11.4f}{:>10.4f}{:>10.4f}{:>10.4f}{:>12.4f}'
+                 '{:>12.4f}{:>6d}'.format(
+                     r['partition'], r['aequa_full_width_accuracy'],
+                     r['fedavg_accuracy'], r['aequa_pearson'],
+                     r['fedavg_ft_pearson'], r['aequa_gain_spread'],
+                     r['fedavg_ft_gain_spread'], r['aequa_ir_violations']))
+  print('\n'.join(lines), flush=True)
+  with open(os.path.join(_OUTPUT_DIR.value, 'aequa_fmnist.csv'), 'w',
+            newline='') as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+  # Timings from their own scripts (separate processes, no TFF worker).
+  for script in ('benchmarks.slimmable_step_time',
+                 'benchmarks.allocation_timing'):
+    print(f'\n$ python -m {script}', flush=True)
+    subprocess.run([sys.executable, '-m', script], check=True)
+
+
+if __name__ == '__main__':
+  app.run(main)
