@@ -120,6 +120,11 @@ class TrainProgramTest(absltest.TestCase):
         (dict(clients_per_round=9), 'exceeds num_clients=4'),
         (dict(dataset='mnist', data_dir=out), 'mnist'),
         (dict(dataset='imagenet'), 'Unknown dataset'),
+        (dict(algorithm='ditto', ditto_lambda=-1), 'lambda must be'),
+        (dict(algorithm='ditto', ditto_lambda_grid='0.1,nan'),
+         'lambda must be'),
+        (dict(algorithm='aequa', p_min=0.9, p_max=0.5), 'exceeds p_max'),
+        (dict(algorithm='aequa', p_max=1.5), r'Widths must be in (0, 1]'),
     ]
     for i, (overrides, message) in enumerate(cases):
       run_dir = os.path.join(out, f'run{i}')
