@@ -65,6 +65,8 @@ from typing import Any, Optional, Protocol, Union, runtime_checkable
 
 import numpy as np
 
+from tff_fair.fairness import metrics as fairness_metrics
+
 ArrayOrFloat = Union[np.ndarray, float]
 
 # Relative and absolute tolerance under which two sweep costs count as tied.
@@ -218,22 +220,6 @@ class _Problem:
     return int(self.values.size)
 
 
-def _as_vector(x: Any, name: str) -> np.ndarray:
-  try:
-    v = np.asarray(x, dtype=np.float64)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f'{name} must be a 1-D sequence of numbers: {e}') from e
-  if v.ndim != 1 or v.size == 0:
-    raise ValueError(
-        f'{name} must be a non-empty 1-D sequence; got shape {v.shape}.')
-  bad = ~np.isfinite(v)
-  if bad.any():
-    raise ValueError(
-        f'{name} must be finite; {int(bad.sum())} of {v.size} values are NaN'
-        f' or infinite (first at index {int(np.argmax(bad))}).')
-  return v
-
-
 def _prepare(
     contributions: Any,
     widths: Any,
@@ -242,9 +228,9 @@ def _prepare(
     max_width: Optional[float],
 ) -> _Problem:
   """Validates the inputs and reduces the curve to accuracy levels."""
-  c = _as_vector(contributions, 'contributions')
-  w = _as_vector(widths, 'widths')
-  acc = _as_vector(accuracies, 'accuracies')
+  c = fairness_metrics.as_vector(contributions, 'contributions')
+  w = fairness_metrics.as_vector(widths, 'widths')
+  acc = fairness_metrics.as_vector(accuracies, 'accuracies')
   if acc.size != w.size:
     raise ValueError(
         f'widths and accuracies must have the same length (one accuracy per'

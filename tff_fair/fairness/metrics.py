@@ -56,17 +56,20 @@ class FairnessReport:
     return {f'{prefix}{k}': v for k, v in dataclasses.asdict(self).items()}
 
 
-def _vector(x: Any, name: str) -> np.ndarray:
-  v = np.asarray(x, dtype=np.float64)
+def as_vector(x: Any, name: str) -> np.ndarray:
+  """`x` as a finite, non-empty float64 vector, or a `ValueError` naming it."""
+  try:
+    v = np.asarray(x, dtype=np.float64)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f'{name} must be a 1-D sequence of numbers: {e}') from e
   if v.ndim != 1 or v.size == 0:
     raise ValueError(
-        f'{name} must be a non-empty 1-D sequence (one value per client);'
-        f' got shape {v.shape}.')
+        f'{name} must be a non-empty 1-D sequence; got shape {v.shape}.')
   bad = ~np.isfinite(v)
   if bad.any():
     raise ValueError(
-        f'{name} has {int(bad.sum())} NaN or infinite values of {v.size}'
-        f' (first at client {int(np.argmax(bad))}).')
+        f'{name} must be finite; {int(bad.sum())} of {v.size} values are NaN'
+        f' or infinite (first at index {int(np.argmax(bad))}).')
   return v
 
 
@@ -74,8 +77,8 @@ def _pair(
     first: Any, second: Any, names: tuple[str, str] = ('contributions',
                                                         'accuracies')
 ) -> tuple[np.ndarray, np.ndarray]:
-  a = _vector(first, names[0])
-  b = _vector(second, names[1])
+  a = as_vector(first, names[0])
+  b = as_vector(second, names[1])
   if a.shape != b.shape:
     raise ValueError(
         f'{names[0]} and {names[1]} must have one value per client each;'

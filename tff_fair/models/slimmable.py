@@ -338,6 +338,15 @@ class SlimmableLayer(tf.keras.layers.Layer):
     self.slim_output = bool(slim_output)
     self.last_active: Optional[dict[str, Any]] = None
 
+  def _add_kernel_and_bias(self, kernel_shape: list[int]) -> None:
+    """Creates `kernel` (full width) and, with `use_bias`, `bias`."""
+    self.kernel = self.add_weight(
+        'kernel', shape=kernel_shape, initializer=self.kernel_initializer,
+        dtype=self.dtype, trainable=True)
+    self.bias = self.add_weight(
+        'bias', shape=[self.units], initializer=self.bias_initializer,
+        dtype=self.dtype, trainable=True) if self.use_bias else None
+
   def active_sizes(self, width: Width) -> tuple[Size, Size]:
     """(input channels, outputs) active at `width`."""
     ci = (
@@ -415,24 +424,7 @@ class SlimmableDense(SlimmableLayer):
       self.positions = int(np.prod(positions.as_list(), dtype=np.int64))
     else:
       self.positions = 1
-    self.kernel = self.add_weight(
-        'kernel',
-        shape=[self.positions * self.in_channels, self.units],
-        initializer=self.kernel_initializer,
-        dtype=self.dtype,
-        trainable=True,
-    )
-    self.bias = (
-        self.add_weight(
-            'bias',
-            shape=[self.units],
-            initializer=self.bias_initializer,
-            dtype=self.dtype,
-            trainable=True,
-        )
-        if self.use_bias
-        else None
-    )
+    self._add_kernel_and_bias([self.positions * self.in_channels, self.units])
     super().build(input_shape)
 
   def _sliced_kernel(self, ci: Size, co: Size) -> tf.Tensor:
@@ -536,24 +528,7 @@ class _SlimmableConv(SlimmableLayer):
           f' shape {input_shape}.'
       )
     self.in_channels = _static_channels(self, input_shape)
-    self.kernel = self.add_weight(
-        'kernel',
-        shape=[*self.kernel_size, self.in_channels, self.units],
-        initializer=self.kernel_initializer,
-        dtype=self.dtype,
-        trainable=True,
-    )
-    self.bias = (
-        self.add_weight(
-            'bias',
-            shape=[self.units],
-            initializer=self.bias_initializer,
-            dtype=self.dtype,
-            trainable=True,
-        )
-        if self.use_bias
-        else None
-    )
+    self._add_kernel_and_bias([*self.kernel_size, self.in_channels, self.units])
     super().build(input_shape)
 
   def _variable_layout(self):
