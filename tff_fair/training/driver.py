@@ -475,13 +475,21 @@ class Trainer:
         client_index=self._client_index[client_id])
 
   def _round_evaluation(self, state) -> dict[str, float]:
-    """Test statistics of the model(s) a client would use now."""
-    weights = self.process.get_model_weights(state)
+    """Test statistics of the model(s) a client would use now.
+
+    For Ditto: the personalized models (`test_*`) and the global model
+    (`global_test_*`).
+    """
+    global_weights = self.process.get_model_weights(state)
+    models = {'': global_weights}
     if self._personal is not None:
-      weights = self._personal.lookup(weights)
-    stats = per_client.summarize_clients(self.evaluate(weights))
-    released = stats['accuracy'].as_dict('test_accuracy_')
-    released['test_loss_mean'] = stats['loss'].mean
+      models = {'': self._personal.lookup(global_weights),
+                'global_': global_weights}
+    released = {}
+    for prefix, weights in models.items():
+      stats = per_client.summarize_clients(self.evaluate(weights))
+      released.update(stats['accuracy'].as_dict(f'{prefix}test_accuracy_'))
+      released[f'{prefix}test_loss_mean'] = stats['loss'].mean
     return released
 
   def _write_final(
