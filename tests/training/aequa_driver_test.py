@@ -38,15 +38,17 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
     with open(os.path.join(run_dir, 'aequa_allocation.csv')) as f:
       rows = {r['client']: r for r in csv.DictReader(f)}
     with open(os.path.join(run_dir, 'width_accuracy.csv')) as f:
-      curve = {float(r['width']): float(r['accuracy'])
+      curve = {float(r['width']): float(r['test_accuracy'])
                for r in csv.DictReader(f)}
     self.assertEqual(sorted(curve), [0.25, 0.5, 0.75, 1.0])
     by_contribution = sorted(contributions, key=contributions.get)
     widths = [float(rows[c]['width']) for c in by_contribution]
     self.assertEqual(widths, sorted(widths))  # Monotone in contribution.
     for cid, row in rows.items():
-      self.assertIn(float(row['width']), curve)
+      # The reward is the global model at the client's width.
       self.assertAlmostEqual(float(row['accuracy']),
+                             curve[float(row['width'])])
+      self.assertAlmostEqual(float(row['own_test_accuracy']),
                              result.evaluations['aequa'][cid].accuracy)
       self.assertAlmostEqual(float(row['gain']),
                              float(row['accuracy']) - contributions[cid])

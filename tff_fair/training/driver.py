@@ -259,10 +259,11 @@ class Trainer:
   def _train_locally(self, initial_weights, epochs: int, tag: int):
     """Per-client models trained from `initial_weights` (one per client).
 
-    Uses the plain architecture (for Aequa: the full-width model without
+    Logs the epochs. Uses the plain architecture (for Aequa: the full-width model without
     a width input; its weights have the same layout).
     """
     config = self.config
+    logging.info('Training every client alone for %d epoch(s).', epochs)
     computation = local_training.build_local_training(
         self.experiment.plain_model_spec.model_fn,
         experiment_lib.build_optimizer(
@@ -327,35 +328,50 @@ class Trainer:
 
   def _standalone(self, initial_weights) -> dict[str, ClientMetrics]:
     epochs = self.standalone_epochs()
-    logging.info('Standalone: each client trains alone for %d epoch(s).',
-                 epochs)
     return self.evaluate(self._train_locally(initial_weights, epochs, tag=0),
                          plain=True)
 
+  def _pooled(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every client's `split` examples, concatenated."""
+    data = self.experiment.data
+    arrays = [data.arrays(cid, split) for cid in data.client_ids]
+    return (np.concatenate([x for x, _ in arrays]),
+            np.concatenate([y for _, y in arrays]))
+
   def _aequa_rewards(self, global_weights) -> dict[str, dict[str,
                                                               ClientMetrics]]:
-    """Contributions, width allocation and the rewarded models' metrics."""
+    """Contributions, width allocation and the rewarded models' metrics.
+
+    Contributions and the width-accuracy curve are measured on the same
+    common held-out set (all clients' validation splits pooled; their test
+    splits when there is none), so gains a_i - c_i compare like with like:
+    a skewed client's standalone model is judged on the federation's
+    distribution, as the global model is. Rewarded models are then measured
+    on the pooled test splits (and on each client's own test split).
+    """
     config = self.config
     data = self.experiment.data
     evaluations = {}
+    has_validation = any(data.num_examples(c, 'validation')
+                         for c in data.client_ids)
+    held_out = self._pooled('validation' if has_validation else 'test')
     if config.contributions_file:
       contributions = experiment_lib.load_client_values(
           config.contributions_file, data.client_ids, 'contribution')
     else:
-      logging.info('Measuring contributions as standalone accuracy.')
-      evaluations['standalone'] = self._standalone(
-          self.experiment.model_spec.initial_weights(config.seed))
-      contributions = {cid: m.accuracy
-                       for cid, m in evaluations['standalone'].items()}
-    split = ('validation' if sum(data.num_examples(c, 'validation')
-                                 for c in data.client_ids) else 'test')
-    pooled = [data.arrays(cid, split) for cid in data.client_ids]
-    held_out = (np.concatenate([x for x, _ in pooled]),
-                np.concatenate([y for _, y in pooled]))
+      logging.info('Measuring contributions as standalone accuracy on the'
+                   ' pooled held-out data.')
+      models = self._train_locally(
+          self.experiment.plain_model_spec.initial_weights(config.seed),
+          self.standalone_epochs(), tag=0)
+      evaluations['standalone'] = self.evaluate(models, plain=True)
+      on_held_out = self._plain_evaluator.evaluate_clients(
+          models, data.client_ids, lambda _: held_out)
+      contributions = {cid: m.accuracy for cid, m in on_held_out.items()}
     rewards = rewards_lib.assign_rewards(
         self.experiment.model_spec.build_keras, global_weights,
         config.width_grid(), held_out, contributions,
-        lambda cid: data.arrays(cid, 'test'),
+        lambda cid: data.arrays(cid, 'test'), self._pooled('test'),
         solver=config.allocation_solver,
         annealing_iterations=config.annealing_iterations, seed=config.seed)
     rewards_lib.write_tables(rewards, config.output_dir)

@@ -2,17 +2,19 @@
 
 After federated slimmable training the server
 
-1. measures the global model's width-accuracy curve on held-out data (the
-   clients' validation splits pooled; their test splits when there is no
-   validation data), at `RunConfig.width_grid()`;
+1. measures the global model's width-accuracy curve on common held-out
+   data (the clients' validation splits pooled; their test splits when
+   there is no validation data), at `RunConfig.width_grid()`;
 2. takes each client's contribution c_i: values the user supplies, or the
-   client's standalone test accuracy (the paper's surrogate);
+   accuracy of the client's standalone model on the same held-out data (the
+   paper's surrogate, measured where the curve is, so that a_i - c_i
+   compares like with like);
 3. allocates one width per client with `tff_fair.fairness.allocation`
    (IR, low variance and high mean of the gains a_i - c_i, a_i read off
    the curve);
 4. gives each client the global model at its width and measures it on the
-   client's own test split; the fairness report compares those accuracies
-   with the contributions.
+   pooled test splits (the accuracy the fairness report compares with the
+   contributions) and on the client's own test split (reported too).
 """
 
 import csv
@@ -42,8 +44,12 @@ class Rewards:
     contributions: Client id -> c_i.
     allocation: The solver's result (clients in `client_ids` order).
     client_ids: Clients, in the allocation's order.
-    metrics: Client id -> metrics of the model at its width on its test set.
-    report: Fairness of those accuracies against the contributions.
+    test_curve: Accuracy of the global model at each width on the pooled
+      test splits.
+    metrics: Client id -> metrics of the model at its width on its own test
+      split.
+    report: Fairness of the rewarded models' pooled-test accuracies against
+      the contributions.
   """
 
   widths: tuple[float, ...]
@@ -51,6 +57,7 @@ class Rewards:
   contributions: Mapping[str, float]
   allocation: allocation_lib.Allocation
   client_ids: tuple[str, ...]
+  test_curve: np.ndarray
   metrics: Mapping[str, per_client.ClientMetrics]
   report: fairness_metrics.FairnessReport
 
@@ -78,6 +85,7 @@ def assign_rewards(
     held_out: tuple[np.ndarray, np.ndarray],
     contributions: Mapping[str, float],
     test_arrays,
+    pooled_test: tuple[np.ndarray, np.ndarray],
     *,
     solver: str = 'exact',
     annealing_iterations: int = 0,
@@ -92,6 +100,7 @@ def assign_rewards(
     held_out: Pooled held-out `(x, y)` for the curve.
     contributions: Client id -> c_i for every client to reward.
     test_arrays: `client_id -> (x, y)` of the client's own test split.
+    pooled_test: All clients' test splits, concatenated.
     solver: 'exact' or 'annealing'.
     annealing_iterations: Annealer iterations (0: its default).
     seed: The annealer's seed.
@@ -124,10 +133,12 @@ def assign_rewards(
     metrics.update(width_evaluator(build_keras, width).evaluate_clients(
         weights, group, test_arrays))
   metrics = {cid: metrics[cid] for cid in client_ids}
+  test_curve = width_accuracy_curve(build_keras, weights, widths,
+                                    *pooled_test)
   report = fairness_metrics.fairness_report(
-      c, np.array([metrics[cid].accuracy for cid in client_ids]))
+      c, test_curve[np.asarray(allocation.level)])
   return Rewards(tuple(widths), curve, dict(contributions), allocation,
-                 client_ids, metrics, report)
+                 client_ids, test_curve, metrics, report)
 
 
 def _best_width_for_all(
@@ -149,16 +160,18 @@ def write_tables(rewards: Rewards, output_dir: str) -> None:
   with open(os.path.join(output_dir, 'width_accuracy.csv'), 'w',
             newline='') as f:
     writer = csv.writer(f)
-    writer.writerow(['width', 'accuracy'])
-    writer.writerows(zip(rewards.widths, rewards.curve.tolist()))
+    writer.writerow(['width', 'held_out_accuracy', 'test_accuracy'])
+    writer.writerows(zip(rewards.widths, rewards.curve.tolist(),
+                         rewards.test_curve.tolist()))
   rows = []
   for i, cid in enumerate(rewards.client_ids):
-    accuracy = rewards.metrics[cid].accuracy
+    accuracy = float(rewards.test_curve[rewards.allocation.level[i]])
     rows.append(dict(
         client=cid, contribution=rewards.contributions[cid],
         width=float(rewards.allocation.width[i]),
-        curve_accuracy=float(rewards.allocation.accuracy[i]),
-        accuracy=accuracy, gain=accuracy - rewards.contributions[cid]))
+        held_out_accuracy=float(rewards.allocation.accuracy[i]),
+        accuracy=accuracy, gain=accuracy - rewards.contributions[cid],
+        own_test_accuracy=rewards.metrics[cid].accuracy))
   with open(os.path.join(output_dir, 'aequa_allocation.csv'), 'w',
             newline='') as f:
     writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -173,10 +186,11 @@ def write_tables(rewards: Rewards, output_dir: str) -> None:
                        for i in rewards.allocation.ir_infeasible]), f,
               indent=2)
   lines = [f'{"client":<24}{"contrib.":>9}{"width":>7}{"accuracy":>10}'
-           f'{"gain":>8}']
+           f'{"gain":>8}{"own test":>10}']
   for r in rows:
     lines.append(f'{r["client"]:<24}{r["contribution"]:>9.4f}'
-                 f'{r["width"]:>7.2f}{r["accuracy"]:>10.4f}{r["gain"]:>8.4f}')
+                 f'{r["width"]:>7.2f}{r["accuracy"]:>10.4f}{r["gain"]:>8.4f}'
+                 f'{r["own_test_accuracy"]:>10.4f}')
   report = rewards.report
   lines.append(
       f'Pearson(accuracy, contribution)={report.pearson:.4f}  mean gain='
