@@ -3,14 +3,17 @@ r"""Aequa vs FedAvg (+ fine-tuning) on Fashion-MNIST under four partitions.
 One run prints a table and writes it as CSV. Fashion-MNIST, 10 clients
 (1,000 examples each: 700 train / 100 validation / 200 test), partitions
 homogeneous, Dirichlet(0.5), quantity skew (kappa 0.5 to 2 clients) and
-label skew #C=3, the same rounds for every method. Per partition:
+label skew #C=3, the same rounds for every method; widths 0.25 to 1.0 in
+steps of 0.01 (76 levels). Per partition:
 
 * full-width global accuracy (mean over clients' test splits) of Aequa and of
   FedAvg;
 * Pearson correlation between each client's final accuracy and its
-  contribution (standalone accuracy), and the collaboration gain spread
-  (max gain - min gain), for Aequa (the model at the allocated width) and
-  for FedAvg + fine-tuning (the fine-tuned model).
+  contribution (its standalone model's accuracy on the pooled validation
+  splits), and the collaboration gain spread (max gain - min gain): for
+  Aequa the global model at the allocated width on the pooled test splits
+  (from the run's aequa_fairness.json); for FedAvg + fine-tuning each
+  client's fine-tuned model on its own test split.
 
 Then the slimmable step-time ratio (CIFAR CNN, batch 64, width 0.25 vs 1.0)
 and the allocator time for 10,000 clients and 76 width levels, from their
@@ -20,6 +23,7 @@ own scripts.
 """
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -55,7 +59,7 @@ def _config(name: str, **overrides) -> config_lib.RunConfig:
       examples_per_client=1000, validation_fraction=0.1, test_fraction=0.2,
       rounds=_ROUNDS.value, local_epochs=1, batch_size=32,
       client_learning_rate=0.05, finetune_epochs=1, eval_every=0,
-      p_min=0.25, width_step=0.05, seed=_SEED.value,
+      p_min=0.25, width_step=0.01, seed=_SEED.value,
       data_dir=_DATA_DIR.value,
       output_dir=os.path.join(_OUTPUT_DIR.value, name))
   values.update(overrides)
@@ -84,9 +88,15 @@ def main(argv):
                                  **partition))
       fedavg = driver.run(_config(f'{name}/fedavg_ft',
                                   algorithm='fedavg_ft', **partition))
-      contributions = {c: m.accuracy for c, m in
-                       aequa.evaluations['standalone'].items()}
-      aequa_fair = _fairness(contributions, aequa.evaluations['aequa'])
+      run_dir = os.path.join(_OUTPUT_DIR.value, name, 'aequa')
+      with open(os.path.join(run_dir, 'aequa_allocation.csv')) as f:
+        contributions = {r['client']: float(r['contribution'])
+                         for r in csv.DictReader(f)}
+      with open(os.path.join(run_dir, 'aequa_fairness.json')) as f:
+        aequa_fair = fairness_metrics.FairnessReport(**{
+            k: v for k, v in json.load(f).items()
+            if k in fairness_metrics.FairnessReport.__dataclass_fields__})
+      # Fine-tuned models stay with their clients: measured on own tests.
       ft_fair = _fairness(contributions, fedavg.evaluations['fine_tuned'])
       rows.append(dict(
           partition=name,

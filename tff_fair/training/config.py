@@ -27,9 +27,11 @@ DATASETS = ('fashion_mnist', 'mnist', 'cifar10', 'femnist', 'shakespeare',
             'sst2', 'digits')
 
 # Settings that may change between a run and its resumption.
+# Aequa's reward settings act after training, so they may change too.
 RESUMABLE_FIELDS = frozenset({
     'rounds', 'output_dir', 'data_dir', 'eval_every',
-    'max_concurrent_computation_calls',
+    'max_concurrent_computation_calls', 'width_step', 'allocation_solver',
+    'annealing_iterations', 'contributions_file',
 })
 
 CONFIG_FILE = 'config.json'
