@@ -19,6 +19,7 @@ from absl import logging
 
 from tff_fair import data as data_lib
 from tff_fair.runtime import local as local_runtime
+from tff_fair.state import client_store
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
 from tff_fair.training import log_filter
@@ -130,7 +131,8 @@ def main(argv):
     config = config_from_flags()
     with local_runtime.local_context(FLAGS.max_concurrent_computation_calls):
       driver.run(config)
-  except (config_lib.ConfigError, data_lib.DataError) as e:
+  except (config_lib.ConfigError, data_lib.DataError,
+          client_store.ClientStateError) as e:
     logging.error('%s', e)
     sys.exit(2)
 

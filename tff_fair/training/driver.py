@@ -300,7 +300,7 @@ class Trainer:
     if config.algorithm != 'standalone':
       state, history = self._run_rounds(state, start_round)
     global_weights = self.process.get_model_weights(state)
-    if config.algorithm in ('fedavg', 'fedavg_ft', 'ditto'):
+    if config.algorithm != 'standalone':
       evaluations['global'] = self.evaluate(global_weights)
     if config.algorithm == 'fedavg_ft':
       logging.info('Fine-tuning the global model on every client for %d'
@@ -311,7 +311,6 @@ class Trainer:
     elif config.algorithm == 'standalone':
       evaluations['standalone'] = self._standalone(global_weights)
     elif config.algorithm == 'aequa':
-      evaluations['global'] = self.evaluate(global_weights)
       evaluations.update(self._aequa_rewards(global_weights))
     elif config.algorithm == 'ditto':
       evaluations['personalized'] = self.evaluate(
@@ -375,7 +374,6 @@ class Trainer:
         solver=config.allocation_solver,
         annealing_iterations=config.annealing_iterations, seed=config.seed)
     rewards_lib.write_tables(rewards, config.output_dir)
-    self.rewards = rewards
     evaluations['aequa'] = dict(rewards.metrics)
     return evaluations
 
