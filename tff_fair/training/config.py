@@ -11,8 +11,9 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 from typing import Any, Optional
+
+from tff_fair.training import files
 
 ALGORITHMS = ('fedavg', 'fedavg_ft', 'standalone', 'ditto', 'aequa')
 ALLOCATION_SOLVERS = ('exact', 'annealing')
@@ -351,7 +352,5 @@ def save_if_new(config: RunConfig) -> None:
   path = os.path.join(config.output_dir, CONFIG_FILE)
   if os.path.exists(path):
     return
-  fd, tmp = tempfile.mkstemp(dir=config.output_dir, suffix='.tmp')
-  with os.fdopen(fd, 'w') as f:
-    json.dump(config.to_dict(), f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
+  files.write_atomically(
+      path, lambda f: json.dump(config.to_dict(), f, indent=2, sort_keys=True))

@@ -26,7 +26,6 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 import time
 from typing import Any, Optional
 
@@ -43,6 +42,7 @@ from tff_fair.algorithms import local_training
 from tff_fair.evaluation import per_client
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
+from tff_fair.training import files
 from tff_fair.training import personal as personal_lib
 from tff_fair.training import rewards as rewards_lib
 
@@ -95,6 +95,7 @@ def client_datasets(
     *,
     stream: int = 0,
     poisoned: frozenset[str] = frozenset(),
+    client_index: Optional[Mapping[str, int]] = None,
 ) -> list[tf.data.Dataset]:
   """Shuffled, repeated, batched training data for `client_ids`.
 
@@ -106,13 +107,15 @@ def client_datasets(
     stream: Separates independent shuffles of the same round (e.g. Ditto's
       personal epochs in the sequential variant).
     poisoned: Clients whose labels are replaced by random ones (attack A1).
+    client_index: Client id -> position in `experiment.data.client_ids`
+      (seeds shuffles); pass it to avoid rebuilding it every round.
 
   Returns:
     One `tf.data.Dataset` per client.
   """
   config = experiment.config
   data = experiment.data
-  index = {cid: i for i, cid in enumerate(data.client_ids)}
+  index = client_index or {cid: i for i, cid in enumerate(data.client_ids)}
   datasets = []
   for cid in client_ids:
     x, y = data.arrays(cid, 'train')
@@ -166,13 +169,6 @@ def _flatten(metrics: Any, prefix: str = '') -> dict[str, float]:
     elif np.ndim(value) == 0:
       flat[name] = float(value)
   return flat
-
-
-def _write_atomically(path: str, write: Callable[[Any], None]) -> None:
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix='.tmp')
-  with os.fdopen(fd, 'w', newline='') as f:
-    write(f)
-  os.replace(tmp, path)
 
 
 def _format_duration(seconds: float) -> str:
@@ -277,7 +273,8 @@ class Trainer:
     for start in range(0, len(client_ids), step):
       group = client_ids[start:start + step]
       datasets = client_datasets(self.experiment, group, tag, epochs=1,
-                                 poisoned=self._poisoned)
+                                 poisoned=self._poisoned,
+                                 client_index=self._client_index)
       trained.update(zip(group, computation(initial_weights, datasets)))
     return trained
 
@@ -402,7 +399,8 @@ class Trainer:
     else:
       datasets = client_datasets(self.experiment, sampled, round_num,
                                  config.personal_epochs, stream=1,
-                                 poisoned=self._poisoned)
+                                 poisoned=self._poisoned,
+                                 client_index=self._client_index)
     anchor = self.process.get_model_weights(state)
     jobs = []  # (client, lambda) per personalize input.
     inputs = []
@@ -441,7 +439,8 @@ class Trainer:
                                round_num)
       datasets = client_datasets(self.experiment, sampled, round_num,
                                  config.local_epochs,
-                                 poisoned=self._poisoned)
+                                 poisoned=self._poisoned,
+                                 client_index=self._client_index)
       if self._personal is not None:
         self._personalize(state, sampled, round_num, datasets)
       output = self.process.next(state, [
@@ -522,7 +521,7 @@ class Trainer:
                            'malicious': int(cid in self.malicious),
                            **dataclasses.asdict(m)})
 
-    _write_atomically(os.path.join(out, 'clients_final.csv'), write_csv)
+    files.write_atomically(os.path.join(out, 'clients_final.csv'), write_csv)
     summary = {}
     for kind, metrics in evaluations.items():
       groups = {kind: metrics}
@@ -535,7 +534,7 @@ class Trainer:
         summary[name] = {
             metric: dataclasses.asdict(stats) for metric, stats in
             per_client.summarize_clients(group).items()}
-    _write_atomically(os.path.join(out, 'summary.json'),
+    files.write_atomically(os.path.join(out, 'summary.json'),
                       lambda f: json.dump(summary, f, indent=2))
     for kind, metrics in evaluations.items():
       shown = {c: m for c, m in metrics.items() if c not in self.malicious}

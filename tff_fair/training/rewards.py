@@ -31,6 +31,7 @@ from tff_fair.evaluation import per_client
 from tff_fair.fairness import allocation as allocation_lib
 from tff_fair.fairness import metrics as fairness_metrics
 from tff_fair.models import slimmable
+from tff_fair.training import files
 
 ModelWeights = tff.learning.models.ModelWeights
 
@@ -157,12 +158,14 @@ def _best_width_for_all(
 
 def write_tables(rewards: Rewards, output_dir: str) -> None:
   """width_accuracy.csv, aequa_allocation.csv and aequa_fairness.json."""
-  with open(os.path.join(output_dir, 'width_accuracy.csv'), 'w',
-            newline='') as f:
+  def write_curve(f):
     writer = csv.writer(f)
     writer.writerow(['width', 'held_out_accuracy', 'test_accuracy'])
     writer.writerows(zip(rewards.widths, rewards.curve.tolist(),
                          rewards.test_curve.tolist()))
+
+  files.write_atomically(os.path.join(output_dir, 'width_accuracy.csv'),
+                         write_curve)
   rows = []
   for i, cid in enumerate(rewards.client_ids):
     accuracy = float(rewards.test_curve[rewards.allocation.level[i]])
@@ -172,19 +175,21 @@ def write_tables(rewards: Rewards, output_dir: str) -> None:
         held_out_accuracy=float(rewards.allocation.accuracy[i]),
         accuracy=accuracy, gain=accuracy - rewards.contributions[cid],
         own_test_accuracy=rewards.metrics[cid].accuracy))
-  with open(os.path.join(output_dir, 'aequa_allocation.csv'), 'w',
-            newline='') as f:
+  def write_rows(f):
     writer = csv.DictWriter(f, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-  with open(os.path.join(output_dir, 'aequa_fairness.json'), 'w') as f:
-    json.dump(dict(
-        rewards.report.as_dict(),
-        allocation_cost=rewards.allocation.cost,
-        allocation_solver=rewards.allocation.solver,
-        ir_infeasible=[rewards.client_ids[i]
-                       for i in rewards.allocation.ir_infeasible]), f,
-              indent=2)
+
+  files.write_atomically(os.path.join(output_dir, 'aequa_allocation.csv'),
+                         write_rows)
+  fairness = dict(
+      rewards.report.as_dict(),
+      allocation_cost=rewards.allocation.cost,
+      allocation_solver=rewards.allocation.solver,
+      ir_infeasible=[rewards.client_ids[i]
+                     for i in rewards.allocation.ir_infeasible])
+  files.write_atomically(os.path.join(output_dir, 'aequa_fairness.json'),
+                         lambda f: json.dump(fairness, f, indent=2))
   lines = [f'{"client":<24}{"contrib.":>9}{"width":>7}{"accuracy":>10}'
            f'{"gain":>8}{"own test":>10}']
   for r in rows:
