@@ -7,7 +7,8 @@ Example (the README's main job):
       --output_dir=runs/demo
 
 Re-running the same command after an interruption resumes from the last
-completed round. See tff_fair/training/driver.py for the output layout.
+completed round. Exit status: 2 for a bad setting, data or saved state; 3
+when a remote TFF worker is unreachable or lost (restart it and re-run). See tff_fair/training/driver.py for the output layout.
 """
 
 import dataclasses
@@ -18,7 +19,8 @@ from absl import flags
 from absl import logging
 
 from tff_fair import data as data_lib
-from tff_fair.runtime import local as local_runtime
+from tff_fair.runtime import execution
+from tff_fair.runtime import remote
 from tff_fair.state import client_store
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
@@ -109,7 +111,12 @@ flags.DEFINE_string('contributions_file', '',
                     'aequa: JSON {client_id: contribution}; default:'
                     ' standalone accuracy.')
 flags.DEFINE_integer('max_concurrent_computation_calls', -1,
-                     'TFF worker concurrency (-1: unlimited).')
+                     'Local TFF worker concurrency (-1: unlimited).')
+flags.DEFINE_enum('executor', 'local', execution.EXECUTORS,
+                  'local: a TFF worker process of our own; remote: the TFF'
+                  ' workers in --workers (python -m programs.worker).')
+flags.DEFINE_string('workers', '', 'remote: host:port,... of running TFF'
+                    ' workers; several split each round\'s clients.')
 flags.mark_flag_as_required('output_dir')
 
 FLAGS = flags.FLAGS
@@ -129,12 +136,17 @@ def main(argv):
   log_filter.keep_info_logs_of_tff_fair_only()
   try:
     config = config_from_flags()
-    with local_runtime.local_context(FLAGS.max_concurrent_computation_calls):
+    with execution.execution_context(
+        FLAGS.executor, FLAGS.workers,
+        FLAGS.max_concurrent_computation_calls):
       driver.run(config)
   except (config_lib.ConfigError, data_lib.DataError,
-          client_store.ClientStateError) as e:
+          client_store.ClientStateError, remote.ExecutorConfigError) as e:
     logging.error('%s', e)
     sys.exit(2)
+  except remote.WorkerUnavailableError as e:
+    logging.error('%s', e)
+    sys.exit(3)
 
 
 if __name__ == '__main__':

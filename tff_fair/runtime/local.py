@@ -20,30 +20,26 @@ import atexit
 import contextlib
 import ctypes
 import gc
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Optional, Protocol
 
 from absl import logging
 import grpc
 import portpicker
 import tensorflow_federated as tff
 
+from tff_fair.runtime import binary as binary_lib
+
 _PR_SET_PDEATHSIG = 1
 _READY_TIMEOUT_SECONDS = 60.0
-_GRPC_OPTIONS = [
+GRPC_OPTIONS = [
     ('grpc.max_receive_message_length', -1),
     ('grpc.max_send_message_length', -1),
 ]
-
-
-def worker_binary_path() -> str:
-  """Path of the C++ worker binary shipped in the TFF wheel."""
-  return os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary')
 
 
 def _die_with_parent() -> None:  # Runs in the child between fork and exec.
@@ -81,12 +77,7 @@ class LocalWorker:
           self._process.returncode,
       )
       self.close()
-    binary = worker_binary_path()
-    if not os.path.isfile(binary):
-      raise RuntimeError(
-          f'TFF worker binary not found at {binary}. Reinstall'
-          ' tensorflow-federated==0.87.0 from requirements.txt.'
-      )
+    binary = binary_lib.worker_binary_path()
     self.port = portpicker.pick_unused_port()
     self._process = subprocess.Popen(
         [
@@ -102,7 +93,7 @@ class LocalWorker:
     )
     with LocalWorker._live_lock:
       LocalWorker._live.add(self)
-    channel = grpc.insecure_channel(f'localhost:{self.port}', _GRPC_OPTIONS)
+    channel = grpc.insecure_channel(f'localhost:{self.port}', GRPC_OPTIONS)
     stub = tff.framework.RemoteExecutorGrpcStub(channel)
     deadline = time.monotonic() + _READY_TIMEOUT_SECONDS
     while not stub.is_ready:
@@ -157,23 +148,62 @@ def install_sigterm_handler() -> None:
     signal.signal(signal.SIGTERM, _raise_system_exit)
 
 
-def create_context(
-    worker: LocalWorker, default_num_clients: int = 0
-) -> tff.framework.SyncExecutionContext:
-  """A sync execution context whose computations run on `worker`."""
+class _HasStub(Protocol):
+
+  def stub(self) -> tff.framework.RemoteExecutorStub:
+    ...
+
+
+def executor_factory(
+    worker: _HasStub, default_num_clients: int = 0
+) -> tff.framework.ResourceManagingExecutorFactory:
+  """Executors that run computations on `worker` (local or remote)."""
 
   def stack_fn(cardinalities):
+    # Without a CLIENTS cardinality the worker refuses server-only calls.
     cardinalities.setdefault(tff.CLIENTS, default_num_clients)
     executor = tff.framework.RemoteExecutor(worker.stub())
     executor.set_cardinalities(cardinalities)
     return executor
 
+  return tff.framework.ResourceManagingExecutorFactory(stack_fn)
+
+
+_CONTEXT_ARGS = dict(
+    compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+    transform_args=tff.tensorflow.transform_args,
+    transform_result=tff.tensorflow.transform_result,
+)
+
+
+def create_context(
+    worker: _HasStub, default_num_clients: int = 0
+) -> tff.framework.SyncExecutionContext:
+  """A sync execution context whose computations run on `worker`."""
   return tff.framework.SyncExecutionContext(
-      executor_fn=tff.framework.ResourceManagingExecutorFactory(stack_fn),
-      compiler_fn=tff.backends.native.desugar_and_transform_to_native,
-      transform_args=tff.tensorflow.transform_args,
-      transform_result=tff.tensorflow.transform_result,
-  )
+      executor_fn=executor_factory(worker, default_num_clients),
+      **_CONTEXT_ARGS)
+
+
+def create_async_context(
+    worker: _HasStub, default_num_clients: int = 0
+) -> tff.framework.AsyncExecutionContext:
+  """An async execution context on `worker` (for TFF's mergeable context)."""
+  return tff.framework.AsyncExecutionContext(
+      executor_fn=executor_factory(worker, default_num_clients),
+      **_CONTEXT_ARGS)
+
+
+def install_idle_context(max_concurrent_computation_calls: int = -1) -> None:
+  """Makes an idle local context of ours TFF's default.
+
+  It starts a worker only if used (and then ends it at exit), unlike TFF's
+  import-time default, whose clean-up fails at interpreter exit and leaves
+  its worker running.
+  """
+  tff.framework.set_default_context(
+      create_context(LocalWorker(max_concurrent_computation_calls)))
+  gc.collect()
 
 
 @contextlib.contextmanager
@@ -194,24 +224,8 @@ def local_context(max_concurrent_computation_calls: int = -1):
   try:
     yield worker
   finally:
-    # Leave an idle context of our own kind: it starts a worker only if used
-    # (and then ends it at exit), unlike TFF's default whose clean-up fails
-    # at interpreter shutdown.
-    tff.framework.set_default_context(
-        create_context(LocalWorker(max_concurrent_computation_calls))
-    )
-    gc.collect()
+    install_idle_context(max_concurrent_computation_calls)
     worker.close()
 
 
-def _replace_import_time_context() -> None:
-  """Swaps TFF's import-time default context for an idle one of ours.
-
-  TFF's own default would start a worker on first use whose clean-up fails
-  at interpreter exit, leaving it running; ours ends it at exit.
-  """
-  tff.framework.set_default_context(create_context(LocalWorker()))
-  gc.collect()
-
-
-_replace_import_time_context()
+install_idle_context()

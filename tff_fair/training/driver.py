@@ -40,6 +40,7 @@ from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
 from tff_fair.algorithms import local_training
 from tff_fair.evaluation import per_client
+from tff_fair.runtime import remote
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
 from tff_fair.training import files
@@ -275,7 +276,8 @@ class Trainer:
       datasets = client_datasets(self.experiment, group, tag, epochs=1,
                                  poisoned=self._poisoned,
                                  client_index=self._client_index)
-      trained.update(zip(group, computation(initial_weights, datasets)))
+      trained.update(zip(group, remote.map_clients(computation, initial_weights,
+                                                    datasets)))
     return trained
 
   def run(self) -> RunResult:
@@ -412,7 +414,7 @@ class Trainer:
         jobs.append((cid, candidate))
         inputs.append(ditto.personal_input(
             dataset, anchor if start is None else start, candidate))
-    outputs = self.process.personalize(state, inputs)
+    outputs = remote.map_clients(self.process.personalize, state, inputs)
     results = {job: out['personal'] for job, out in zip(jobs, outputs)}
     chosen = {}
     undecided = [cid for cid in sampled if self._personal.lam(cid) is None]
