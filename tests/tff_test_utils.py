@@ -2,6 +2,10 @@
 
 import contextlib
 import os
+import signal
+import subprocess
+import sys
+import time
 
 from absl.testing import parameterized
 import tensorflow as tf
@@ -30,6 +34,44 @@ def process_is_running(pid: int) -> bool:
       )
   except FileNotFoundError:
     return False
+
+
+def subprocess_env() -> dict[str, str]:
+  """Our environment, with the repository importable (as under Bazel)."""
+  env = dict(os.environ)
+  env['PYTHONPATH'] = os.pathsep.join(
+      [os.getcwd()] + env.get('PYTHONPATH', '').split(os.pathsep))
+  return env
+
+
+def module_command(module: str, **flags) -> list[str]:
+  """`python -m module --k=v ...`, the way users run our programs."""
+  return [sys.executable, '-m', module] + [f'--{k}={v}'
+                                           for k, v in flags.items()]
+
+
+def start_worker(port: int, timeout_seconds: float = 60.0
+                 ) -> subprocess.Popen:
+  """Starts `programs.worker` on `port` and waits until it accepts calls."""
+  from tff_fair.runtime import remote  # pylint: disable=g-import-not-at-top
+  process = subprocess.Popen(
+      module_command('programs.worker', port=port), env=subprocess_env(),
+      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.monotonic() + timeout_seconds
+  address = remote.WorkerAddress('localhost', port)
+  while not remote.probe(address, 1.0):
+    if process.poll() is not None or time.monotonic() > deadline:
+      stop_worker(process)
+      raise RuntimeError(f'programs.worker on port {port} did not start.')
+  return process
+
+
+def stop_worker(process: subprocess.Popen) -> None:
+  """Ends a worker, even a stopped (SIGSTOP) one, and reaps it."""
+  if process.poll() is None:
+    process.send_signal(signal.SIGCONT)
+    process.kill()
+  process.wait()
 
 
 class TffTestCase(tf.test.TestCase, parameterized.TestCase):

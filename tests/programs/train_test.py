@@ -5,7 +5,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 from absl.testing import absltest
@@ -22,19 +21,12 @@ def _flags(output_dir, **overrides):
       seed=3, eval_every=0, output_dir=output_dir,
       data_dir=tff_test_utils.data_dir())
   flags.update(overrides)
-  return [sys.executable, '-m', 'programs.train'] + [
-      f'--{k}={v}' for k, v in flags.items()]
-
-
-def _env():
-  env = dict(os.environ)
-  env['PYTHONPATH'] = os.pathsep.join(
-      [os.getcwd()] + env.get('PYTHONPATH', '').split(os.pathsep))
-  return env
+  return tff_test_utils.module_command('programs.train', **flags)
 
 
 def _run(args, timeout=300):
-  return subprocess.run(args, capture_output=True, text=True, env=_env(),
+  return subprocess.run(args, capture_output=True, text=True,
+                        env=tff_test_utils.subprocess_env(),
                         timeout=timeout, check=False)
 
 
@@ -63,7 +55,7 @@ class TrainProgramTest(absltest.TestCase):
     killed_dir = self.create_tempdir().full_path
     driver = subprocess.Popen(_flags(killed_dir), stderr=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, text=True,
-                              env=_env())
+                              env=tff_test_utils.subprocess_env())
     self.addCleanup(driver.kill)
     for line in driver.stderr:
       if 'round 2/4' in line:

@@ -103,6 +103,13 @@ def probe(address: WorkerAddress, timeout_seconds: float) -> bool:
     channel.close()
 
 
+def _describe(error: Exception) -> str:
+  """One line for a gRPC error (its repr spans several lines)."""
+  if isinstance(error, grpc.Call):
+    return f'gRPC {error.code().name}: {error.details()}'
+  return f'{type(error).__name__}: {error}'
+
+
 class _GuardedStub(tff.framework.RemoteExecutorStub):
   """A worker's gRPC stub whose failures name the worker and never loop."""
 
@@ -129,7 +136,7 @@ class _GuardedStub(tff.framework.RemoteExecutorStub):
         logging.warning('TFF worker %s: %s; retrying the call.',
                         worker.address, e)
         raise
-      worker.mark_lost(f'stopped answering ({type(e).__name__}: {e})')
+      worker.mark_lost(f'stopped answering ({_describe(e)})')
       raise WorkerUnavailableError(str(worker.address), worker.lost) from e
 
   def get_executor(self, request):
@@ -208,7 +215,7 @@ class WorkerMonitor:
   """
 
   def __init__(self, workers: Sequence[RemoteWorker],
-               interval_seconds: float = 5.0, timeout_seconds: float = 5.0,
+               interval_seconds: float = 4.0, timeout_seconds: float = 5.0,
                misses: int = 2):
     self._workers = list(workers)
     self._interval = interval_seconds
@@ -334,7 +341,7 @@ def map_clients(comp: Callable[..., Any], server_arg: Any,
 def remote_context(
     addresses: Sequence[WorkerAddress],
     connect_timeout_seconds: float = 20.0,
-    monitor_interval_seconds: float = 5.0,
+    monitor_interval_seconds: float = 4.0,
     reconnect_seconds: float = 10.0,
 ):
   """Installs a context on remote TFF workers as TFF's default.
@@ -365,7 +372,7 @@ def remote_context(
     else:
       context = MultiWorkerContext(workers)
     monitor = WorkerMonitor(workers, monitor_interval_seconds,
-                            timeout_seconds=monitor_interval_seconds)
+                            timeout_seconds=5.0)
     monitor.start()
     local.install_sigterm_handler()
     tff.framework.set_default_context(context)
