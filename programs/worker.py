@@ -39,6 +39,9 @@ flags.mark_flag_as_required('port')
 
 def _check_port_free(port: int) -> None:
   with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+    # Connections of a previous worker in TIME_WAIT must not count (the
+    # worker itself binds with SO_REUSEADDR); a live listener still does.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
       s.bind(('::', port))
     except OSError as e:
