@@ -38,6 +38,9 @@ flags.DEFINE_string('data_dir', '', 'Data directory; default'
 flags.DEFINE_enum('partition', _DEFAULTS.partition, config_lib.PARTITIONS,
                   'How examples are split among clients.')
 flags.DEFINE_float('alpha', _DEFAULTS.alpha, 'Dirichlet concentration.')
+flags.DEFINE_bool('dirichlet_top_up', _DEFAULTS.dirichlet_top_up,
+                  'dirichlet: one draw, small clients topped up from the'
+                  ' largest (for many clients; see tff_fair.data.partition).')
 flags.DEFINE_float('kappa', _DEFAULTS.kappa,
                    'quantity_skew: share of data held by the large clients.')
 flags.DEFINE_integer('quantity_clients', _DEFAULTS.quantity_clients,

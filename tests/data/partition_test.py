@@ -132,6 +132,22 @@ class DirichletTest(parameterized.TestCase):
     with self.assertRaisesRegex(p.PartitionError, 'alpha'):
       p.dirichlet(_labels(), 5, alpha, seed=0)
 
+  def test_top_up_serves_more_clients_than_redraws_can(self):
+    labels = _labels(n=7000)
+    with self.assertRaisesRegex(p.PartitionError, 'top_up'):
+      p.dirichlet(labels, 1000, 0.5, seed=1, max_attempts=5)
+    clients = p.dirichlet(labels, 1000, 0.5, seed=1, top_up=True)
+    self.assertGreaterEqual(min(len(c) for c in clients), 3)  # 7000 // 2000.
+    everything = np.concatenate(clients)
+    np.testing.assert_array_equal(np.sort(everything), np.arange(7000))
+    again = p.dirichlet(labels, 1000, 0.5, seed=1, top_up=True)
+    for a, b in zip(clients, again):
+      np.testing.assert_array_equal(a, b)
+    # Still label-skewed, unlike an IID split of the same sizes.
+    self.assertGreater(_mean_max_share(labels, clients),
+                       _mean_max_share(labels, p.homogeneous(labels, 1000,
+                                                             seed=1)))
+
   def test_gives_up_after_max_attempts(self):
     labels = _labels(n=1000)
     with self.assertRaisesRegex(

@@ -91,6 +91,31 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
     for cid in round1:
       self.assertEqual(versions[cid], 2 if cid in round2 else 1)
 
+  def test_rounds_touch_only_the_sampled_clients(self):
+    # Scale: with many clients, a round costs work for its sample only.
+    config = _config(self.create_tempdir().full_path, partition='homogeneous',
+                     num_clients=60, clients_per_round=3, rounds=2)
+    trainer = _trainer(config)
+    state, _ = trainer._restore()
+    data = trainer.experiment.data
+    read = []
+    arrays = type(data).arrays
+
+    def spy(self_, client_id, split):
+      read.append(client_id)
+      return arrays(self_, client_id, split)
+
+    with mock.patch.object(type(data), 'arrays', spy):
+      trainer._run_rounds(state, 0)
+    sampled = set()
+    for round_num in (1, 2):
+      sampled.update(driver.sample_clients(data.client_ids, 3, seed=11,
+                                           round_num=round_num))
+    self.assertNotEmpty(read)
+    self.assertContainsSubset(set(read), sampled)
+    self.assertLen(os.listdir(os.path.join(config.output_dir, 'personal',
+                                           'clients')), len(sampled))
+
   def test_lambda_grid_choice_is_kept_with_the_model(self):
     out = self.create_tempdir().full_path
     trainer = _trainer(_config(out, rounds=1, clients_per_round=4,
