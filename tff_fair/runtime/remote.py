@@ -140,9 +140,7 @@ class _GuardedStub(tff.framework.RemoteExecutorStub):
       raise WorkerUnavailableError(str(worker.address), worker.lost) from e
 
   def get_executor(self, request):
-    response = self._call('get_executor', request)
-    self._worker.retries = 0  # A fresh executor: the worker is answering.
-    return response
+    return self._call('get_executor', request)
 
   def create_value(self, request):
     return self._call('create_value', request)
@@ -157,7 +155,9 @@ class _GuardedStub(tff.framework.RemoteExecutorStub):
     return self._call('create_selection', request)
 
   def compute(self, request):
-    return self._call('compute', request)
+    response = self._call('compute', request)
+    self._worker.retries = 0  # A result came back: the worker works.
+    return response
 
   def dispose(self, request):
     if self._worker.lost:
