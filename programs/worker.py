@@ -12,6 +12,9 @@ The worker serves plain, unauthenticated gRPC: anyone who can reach the port
 can run computations on it and read what it holds. Keep workers on a private
 network (or behind an SSH tunnel / VPN), never on a public address.
 
+The wheel's worker is built without CUDA; on a GPU host pass a worker built
+from TFF's source with CUDA as --worker_binary.
+
 The launcher replaces itself with the binary (exec), so signals (Ctrl-C,
 SIGTERM from a supervisor) reach the worker directly and nothing is left
 behind.
@@ -34,6 +37,10 @@ _MAX_CALLS = flags.DEFINE_integer(
     'max_concurrent_computation_calls', -1,
     'Computations the worker runs at once, e.g. clients trained in parallel'
     ' (-1: no limit). Lower it to bound memory with large models.')
+_BINARY = flags.DEFINE_string(
+    'worker_binary', '',
+    'A TFF worker binary to run instead of the wheel\'s CPU-only one, e.g.'
+    ' one built from source with CUDA for GPU hosts (same TFF version).')
 flags.mark_flag_as_required('port')
 
 
@@ -57,9 +64,12 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   _check_port_free(_PORT.value)
   try:
-    path = binary.worker_binary_path()
+    path = _BINARY.value or binary.worker_binary_path()
   except RuntimeError as e:
     logging.error('%s', e)
+    sys.exit(2)
+  if not os.access(path, os.X_OK):
+    logging.error('--worker_binary=%s is not an executable file.', path)
     sys.exit(2)
   logging.warning(
       'Serving TFF computations on port %d, unencrypted and without'

@@ -77,7 +77,7 @@ class RemoteRuntimeTest(absltest.TestCase):
     self.addCleanup(tff_test_utils.stop_worker, process)
     return process, remote.WorkerAddress('localhost', port)
 
-  def test_launcher_refuses_a_port_in_use(self):
+  def test_launcher_refuses_a_busy_port_and_a_bad_binary(self):
     _, address = self._worker()
     second = subprocess.run(
         tff_test_utils.module_command('programs.worker', port=address.port),
@@ -85,6 +85,14 @@ class RemoteRuntimeTest(absltest.TestCase):
         timeout=60, check=False)
     self.assertNotEqual(second.returncode, 0)
     self.assertIn(f'Port {address.port} is in use', second.stderr)
+    missing = subprocess.run(
+        tff_test_utils.module_command(
+            'programs.worker', port=portpicker.pick_unused_port(),
+            worker_binary='/nonexistent/worker_binary'),
+        capture_output=True, text=True, env=tff_test_utils.subprocess_env(),
+        timeout=60, check=False)
+    self.assertEqual(missing.returncode, 2)
+    self.assertIn('is not an executable file', missing.stderr)
 
   def test_unreachable_worker_fails_fast_and_is_named(self):
     _, live = self._worker()

@@ -30,8 +30,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import threading
-import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 from absl import logging
 import grpc
@@ -260,16 +259,10 @@ def _check_reachable(workers: Sequence[RemoteWorker],
 
 
 def _returns_client_values(comp) -> bool:
-  result = getattr(comp, 'type_signature', None)
-  result = getattr(result, 'result', None)
-  if result is None:
-    return False
-  found = []
-  tff.types.contains(
-      result,
-      lambda t: isinstance(t, tff.FederatedType) and t.placement == tff.CLIENTS
-      and found.append(t) is None)
-  return bool(found)
+  result = getattr(getattr(comp, 'type_signature', None), 'result', None)
+  return result is not None and tff.types.contains(
+      result, lambda t: isinstance(t, tff.FederatedType) and
+      t.placement == tff.CLIENTS)
 
 
 class MultiWorkerContext(tff.framework.SyncContext):
