@@ -52,12 +52,14 @@ class WorkerUnavailableError(RuntimeError):
   """A TFF worker cannot be reached or stopped answering."""
 
   def __init__(self, address: str, detail: str):
+    """`address`: 'host:port' of the worker (or several, comma-separated)."""
     self.address = address
+    port = address.rsplit(':', 1)[1] if ',' not in address else 'PORT'
     super().__init__(
         f'TFF worker {address} {detail}. Check that the worker runs (start'
-        f' it with: python -m programs.worker --port={address.rsplit(":", 1)[1]}'
-        ' on that host) and is reachable from here; then re-run the same'
-        ' command: training resumes from the last checkpoint.')
+        f' it with: python -m programs.worker --port={port} on that host)'
+        ' and is reachable from here; then re-run the same command:'
+        ' training resumes from the last checkpoint.')
 
 
 @dataclasses.dataclass(frozen=True)
