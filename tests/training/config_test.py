@@ -76,7 +76,10 @@ class RunConfigTest(parameterized.TestCase):
 
   def test_partition_params(self):
     self.assertEqual(self._config(alpha=0.3).partition_params(),
-                     {'alpha': 0.3})
+                     {'alpha': 0.3, 'top_up': False})
+    self.assertEqual(
+        self._config(dirichlet_top_up=True).partition_params()['top_up'],
+        True)
     self.assertEqual(
         self._config(partition='label_skew',
                      classes_per_client=3).partition_params(),
