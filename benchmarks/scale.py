@@ -10,10 +10,10 @@ process and of its TFF worker(s) every 0.1 s.
    NIID-Bench's redraws; see tff_fair.data.partition.dirichlet), so the two
    runs differ only in the number of clients; and both cap each client's
    pool at 7 examples (`--examples_per_client=7`, the mean at 10,000
-   clients; 0 lifts the cap), so a sampled client brings the same work in both and round
-   times compare the runtime's cost per client, not data sizes (uncapped,
-   a client at 1,000 clients holds 10x the examples). Reported: peak RSS of driver
-   plus worker, median round time (rounds 2-10), and the final evaluation of
+   clients; 0 lifts the cap), so a sampled client brings the same work in
+   both and round times compare the runtime's cost per client, not data
+   sizes (uncapped, a client at 1,000 clients holds 10x the examples).
+   Reported: peak RSS of driver plus worker, median round time (rounds 2-10), and the final evaluation of
    every client's personalized and global model (O(clients), after training).
 2. FedAvg, 100 clients, 20 per round, 10 rounds: the local runtime vs two
    loopback workers (`programs.worker`) through TFF's mergeable context.

@@ -8,7 +8,8 @@ Example (the README's main job):
 
 Re-running the same command after an interruption resumes from the last
 completed round. Exit status: 2 for a bad setting, data or saved state; 3
-when a remote TFF worker is unreachable or lost (restart it and re-run). See tff_fair/training/driver.py for the output layout.
+when a remote TFF worker is unreachable or lost (restart it and re-run).
+See tff_fair/training/driver.py for the output layout.
 """
 
 import dataclasses

@@ -23,20 +23,24 @@ def execution_context(executor: str = 'local', workers: str = '',
       workers set theirs when started).
 
   Raises:
-    remote.ExecutorConfigError: On a bad executor/workers combination, before connecting.
+    remote.ExecutorConfigError: On a bad executor/workers combination,
+      before connecting.
     remote.WorkerUnavailableError: If a remote worker is unreachable.
   """
   if executor not in EXECUTORS:
-    raise remote.ExecutorConfigError(f'--executor={executor!r}; choose one of {EXECUTORS}.')
+    raise remote.ExecutorConfigError(
+        f'--executor={executor!r}; choose one of {EXECUTORS}.')
   if executor == 'local':
     if workers:
-      raise remote.ExecutorConfigError('--workers needs --executor=remote (with'
-                       ' --executor=local a worker of our own is started).')
+      raise remote.ExecutorConfigError(
+          '--workers needs --executor=remote (with --executor=local a worker'
+          ' of our own is started).')
     with local.local_context(max_concurrent_computation_calls):
       yield
     return
   if not workers:
-    raise remote.ExecutorConfigError('--executor=remote needs --workers=host:port,... of'
-                     ' running TFF workers (python -m programs.worker).')
+    raise remote.ExecutorConfigError(
+        '--executor=remote needs --workers=host:port,... of running TFF'
+        ' workers (python -m programs.worker).')
   with remote.remote_context(remote.parse_workers(workers)):
     yield

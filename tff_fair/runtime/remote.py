@@ -277,7 +277,8 @@ class MultiWorkerContext(tff.framework.SyncContext):
   def __init__(self, workers: Sequence[RemoteWorker]):
     self.workers = list(workers)
     self._sync_contexts = [local.create_context(w) for w in self.workers]
-    self._mergeable = tff.backends.native.create_mergeable_comp_execution_context(
+    native = tff.backends.native
+    self._mergeable = native.create_mergeable_comp_execution_context(
         [local.create_async_context(w) for w in self.workers])
 
   def invoke(self, comp, arg):
