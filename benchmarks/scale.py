@@ -18,7 +18,8 @@ process and of its TFF worker(s) every 0.1 s.
 2. FedAvg, 100 clients, 20 per round, 10 rounds: the local runtime vs two
    loopback workers (`programs.worker`) through TFF's mergeable context.
    Round time is the median of rounds 3-10: the first rounds on several
-   workers pay a one-time compilation to mergeable form (~45 s here).
+   workers pay a one-time compilation to mergeable form (see round 1 in
+   each run's metrics.csv).
 
   .venv/bin/python -m benchmarks.scale --output_dir=runs/bench_scale
 
@@ -105,9 +106,7 @@ def _start_workers(count: int) -> list[tuple[subprocess.Popen, int]]:
         [sys.executable, '-m', 'programs.worker', f'--port={port}'],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers.append((process, port))
-    while not remote.probe(remote.WorkerAddress('localhost', port), 1.0):
-      if process.poll() is not None:
-        raise RuntimeError(f'programs.worker on port {port} did not start.')
+    remote.wait_until_ready(remote.WorkerAddress('localhost', port), process)
   return workers
 
 

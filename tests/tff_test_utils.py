@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 from absl.testing import parameterized
 import tensorflow as tf
@@ -57,12 +56,12 @@ def start_worker(port: int, timeout_seconds: float = 60.0
   process = subprocess.Popen(
       module_command('programs.worker', port=port), env=subprocess_env(),
       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  deadline = time.monotonic() + timeout_seconds
-  address = remote.WorkerAddress('localhost', port)
-  while not remote.probe(address, 1.0):
-    if process.poll() is not None or time.monotonic() > deadline:
-      stop_worker(process)
-      raise RuntimeError(f'programs.worker on port {port} did not start.')
+  try:
+    remote.wait_until_ready(remote.WorkerAddress('localhost', port), process,
+                            timeout_seconds)
+  except remote.WorkerUnavailableError:
+    stop_worker(process)
+    raise
   return process
 
 

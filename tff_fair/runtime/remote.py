@@ -29,7 +29,9 @@ serves plain gRPC): run workers on a private network only.
 import concurrent.futures
 import contextlib
 import dataclasses
+import subprocess
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 from absl import logging
@@ -38,7 +40,6 @@ import tensorflow_federated as tff
 
 from tff_fair.runtime import local
 
-_GRPC_OPTIONS = local.GRPC_OPTIONS
 # A probe must open its own connection: with the shared subchannel pool it
 # would reuse the connection under test and always look healthy.
 _PROBE_OPTIONS = [('grpc.use_local_subchannel_pool', 1)]
@@ -109,6 +110,19 @@ def _describe(error: Exception) -> str:
   if isinstance(error, grpc.Call):
     return f'gRPC {error.code().name}: {error.details()}'
   return f'{type(error).__name__}: {error}'
+
+
+def wait_until_ready(address: WorkerAddress, process: subprocess.Popen,
+                     timeout_seconds: float = 60.0) -> None:
+  """Waits until a worker just started as `process` answers at `address`.
+
+  Raises:
+    WorkerUnavailableError: If the process exits or the time runs out.
+  """
+  deadline = time.monotonic() + timeout_seconds
+  while not probe(address, 1.0):
+    if process.poll() is not None or time.monotonic() > deadline:
+      raise WorkerUnavailableError(str(address), 'did not start')
 
 
 class _GuardedStub(tff.framework.RemoteExecutorStub):
@@ -190,7 +204,7 @@ class RemoteWorker:
     self.max_retries = max_retries
     self.retries = 0
     self.lost = ''
-    self.channel = grpc.insecure_channel(str(address), _GRPC_OPTIONS)
+    self.channel = grpc.insecure_channel(str(address), local.GRPC_OPTIONS)
     self._stub = _GuardedStub(self)
 
   def stub(self) -> tff.framework.RemoteExecutorStub:
