@@ -57,6 +57,10 @@ flags.DEFINE_float('validation_fraction', _DEFAULTS.validation_fraction,
                    'Share of each client\'s data held out for validation.')
 flags.DEFINE_float('test_fraction', _DEFAULTS.test_fraction,
                    'Share of each client\'s data held out for testing.')
+flags.DEFINE_integer('server_held_out_examples', 0,
+                     'Size of each of the server\'s held-out validation and'
+                     ' test sets, drawn from examples no client holds (0:'
+                     ' none); aequa measures its curve and rewards on them.')
 flags.DEFINE_integer('rounds', _DEFAULTS.rounds, 'Federated rounds.')
 flags.DEFINE_integer('local_epochs', _DEFAULTS.local_epochs,
                      'Client epochs per round.')

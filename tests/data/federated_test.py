@@ -142,6 +142,75 @@ class SplitTest(parameterized.TestCase):
     self.assertEqual(data.seed, 0)
 
 
+class ServerHeldOutTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      ('homogeneous', {}),
+      ('dirichlet', {'alpha': 0.5}),
+      ('label_skew', {'classes_per_client': 3}),
+  )
+  def test_disjoint_sized_stratified_and_clients_unchanged(
+      self, partition, params):
+    without = _build(partition=partition, num_clients=4,
+                     examples_per_client=100, **params)
+    data = _build(partition=partition, num_clients=4, examples_per_client=100,
+                  server_held_out_examples=300, **params)
+    held = np.concatenate([data.indices(c, s) for c in data.client_ids
+                           for s in federated.SPLITS])
+    validation = data.server_splits['validation']
+    test = data.server_splits['test']
+    self.assertLen(validation, 300)
+    self.assertLen(test, 300)
+    self.assertEmpty(np.intersect1d(validation, test))
+    self.assertEmpty(np.intersect1d(held, np.concatenate([validation, test])))
+    for client_id in data.client_ids:
+      for split in federated.SPLITS:
+        np.testing.assert_array_equal(data.indices(client_id, split),
+                                      without.indices(client_id, split))
+    # Each set follows the class shares of the whole source, however skewed
+    # the examples the clients leave are.
+    shares = np.bincount(_DIGITS.y, minlength=10) / _DIGITS.num_examples
+    for positions in (validation, test):
+      counts = np.bincount(_DIGITS.y[positions], minlength=10)
+      self.assertLessEqual(float(np.abs(counts - 300 * shares).max()), 1.5,
+                           counts)
+    x, y = data.server_arrays('test')
+    np.testing.assert_array_equal(x, _DIGITS.x[test])
+    np.testing.assert_array_equal(y, _DIGITS.y[test])
+    self.assertEqual(data.partition_params['server_held_out_examples'], 300)
+    self.assertIn('server', data.summary().splitlines()[-1])
+
+  def test_deterministic_by_seed(self):
+    first = _build(num_clients=4, examples_per_client=100,
+                   server_held_out_examples=200, seed=3)
+    again = _build(num_clients=4, examples_per_client=100,
+                   server_held_out_examples=200, seed=3)
+    other = _build(num_clients=4, examples_per_client=100,
+                   server_held_out_examples=200, seed=4)
+    for split in federated.SERVER_SPLITS:
+      np.testing.assert_array_equal(first.server_splits[split],
+                                    again.server_splits[split])
+      self.assertFalse(np.array_equal(first.server_splits[split],
+                                      other.server_splits[split]))
+
+  def test_too_few_unheld_examples(self):
+    # 4 clients x 400 hold 1,600 of 1,797 digits: 197 are left.
+    with self.assertRaisesRegex(
+        ValueError, r'needs 400 examples that no client holds, but only 197'):
+      _build(num_clients=4, examples_per_client=400,
+             server_held_out_examples=200)
+
+  def test_bad_size_and_missing_sets(self):
+    with self.assertRaisesRegex(ValueError, 'non-negative integer'):
+      _build(server_held_out_examples=-1)
+    data = _build(num_clients=4)
+    self.assertFalse(data.has_server_held_out)
+    with self.assertRaisesRegex(ValueError, '--server_held_out_examples'):
+      data.server_arrays('test')
+    with self.assertRaisesRegex(ValueError, 'Unknown server split'):
+      data.server_arrays('train')
+
+
 class NaturalTest(absltest.TestCase):
 
   def test_natural_keeps_source_test_split(self):

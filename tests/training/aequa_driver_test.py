@@ -57,6 +57,40 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
     self.assertEqual(report['allocation_solver'], 'exact')
     self.assertIn('pearson', report)
 
+  def test_server_held_out_sets_measure_curve_and_rewards(self):
+    # A finished run resumed with server held-out sets keeps its model and
+    # recomputes the rewards on them: the curve on the server's validation
+    # set (300 examples), the rewarded accuracies on its test set (300),
+    # instead of the clients' pooled validation (4 x 10) and test (4 x 20).
+    out = self.create_tempdir().full_path
+    path = os.path.join(out, 'contributions.json')
+    with open(path, 'w') as f:
+      json.dump({'client_0000': 0.35, 'client_0001': 0.1,
+                 'client_0002': 0.5, 'client_0003': 0.2}, f)
+    run_dir = os.path.join(out, 'run')
+
+    def curve_and_global(**overrides):
+      result = driver.run(_config(run_dir, examples_per_client=100,
+                                  contributions_file=path, **overrides))
+      with open(os.path.join(run_dir, 'width_accuracy.csv')) as f:
+        rows = list(csv.DictReader(f))
+      curve = np.array([[float(r['held_out_accuracy']),
+                         float(r['test_accuracy'])] for r in rows])
+      return curve, result.evaluations['global']
+
+    def on_grid(values, n):  # Accuracies measured on n examples.
+      return np.allclose(values * n, np.round(values * n), atol=1e-6)
+
+    pooled, global_before = curve_and_global()
+    self.assertTrue(on_grid(pooled[:, 0], 40))
+    self.assertTrue(on_grid(pooled[:, 1], 80))
+    server, global_after = curve_and_global(server_held_out_examples=300)
+    self.assertTrue(on_grid(server[:, 0], 300))
+    self.assertTrue(on_grid(server[:, 1], 300))
+    self.assertFalse(on_grid(server[:, 0], 40) and on_grid(server[:, 1], 80))
+    for cid, metrics in global_before.items():
+      self.assertEqual(metrics.accuracy, global_after[cid].accuracy)
+
   def test_bad_contributions(self):
     out = self.create_tempdir().full_path
     path = os.path.join(out, 'contributions.json')

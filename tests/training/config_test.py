@@ -53,6 +53,8 @@ class RunConfigTest(parameterized.TestCase):
        'needs malicious_fraction'),
       ('solver', dict(allocation_solver='greedy'),
        'Unknown allocation_solver'),
+      ('server_held_out', dict(server_held_out_examples=-5),
+       'server_held_out_examples must be >= 0'),
   )
   def test_bad_settings(self, overrides, message):
     with self.assertRaisesRegex(config_lib.ConfigError, message):
@@ -117,6 +119,25 @@ class CheckOrSaveTest(absltest.TestCase):
       config_lib.check_resumable(other)
     with open(path) as f:
       self.assertEqual(f.read(), before)
+
+  def test_setting_missing_from_an_older_run_counts_as_its_default(self):
+    out = self.create_tempdir().full_path
+    saved = config_lib.RunConfig(output_dir=out, rounds=2).to_dict()
+    del saved['validation_fraction']  # As if saved before it existed.
+    with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
+      json.dump(saved, f)
+    config_lib.check_resumable(config_lib.RunConfig(output_dir=out, rounds=2))
+    with self.assertRaisesRegex(
+        config_lib.ConfigError,
+        'validation_fraction: saved run has 0.1, this run asks 0.3'):
+      config_lib.check_resumable(config_lib.RunConfig(
+          output_dir=out, rounds=2, validation_fraction=0.3))
+
+  def test_server_held_out_sets_may_change_on_resumption(self):
+    out = self.create_tempdir().full_path
+    config_lib.save_if_new(config_lib.RunConfig(output_dir=out))
+    config_lib.check_resumable(config_lib.RunConfig(
+        output_dir=out, server_held_out_examples=1000))
 
   def test_damaged_config_file(self):
     out = self.create_tempdir().full_path

@@ -20,6 +20,13 @@
    any train example is an error; empty validation/test splits are allowed
    (they only happen for clients of a handful of examples).
 
+4. Server held-out sets (optional, `server_held_out_examples=n`). The
+   server keeps two disjoint sets of n examples each, 'validation' and
+   'test', drawn (stratified by class) from the examples no client holds
+   after the cap. They estimate accuracies on the federation's overall
+   distribution with far less noise than the clients' small splits (Aequa's
+   width-accuracy curve and rewards); no client ever trains on them.
+
 Everything is deterministic given `seed`. Each client's split uses its own
 random stream spawned from the seed, so one client's split does not depend on
 the sizes of the others.
@@ -41,6 +48,7 @@ from tff_fair.data import partition as partition_lib
 from tff_fair.data import sources
 
 SPLITS = ('train', 'validation', 'test')
+SERVER_SPLITS = ('validation', 'test')
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -81,6 +89,9 @@ class FederatedData:
     partition: Name of the partition scheme used.
     partition_params: Its parameters.
     seed: The seed everything was derived from.
+    server_splits: Split name ('validation', 'test') -> sorted positions of
+      the server's held-out examples, which no client holds; empty when the
+      data was built without them.
   """
 
   source: sources.Source
@@ -89,6 +100,8 @@ class FederatedData:
   partition: str = ''
   partition_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   seed: int | None = None
+  server_splits: Mapping[str, np.ndarray] = dataclasses.field(
+      default_factory=dict)
 
   def __post_init__(self):
     if set(self.splits) != set(self.client_ids) or len(
@@ -107,6 +120,28 @@ class FederatedData:
         'partition_params',
         types.MappingProxyType(dict(self.partition_params)),
     )
+    object.__setattr__(
+        self, 'server_splits', types.MappingProxyType(dict(self.server_splits))
+    )
+
+  @property
+  def has_server_held_out(self) -> bool:
+    return bool(self.server_splits)
+
+  def server_arrays(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) of the server's held-out 'validation' or 'test' set."""
+    if split not in SERVER_SPLITS:
+      raise ValueError(
+          f'Unknown server split {split!r}; use one of'
+          f' {", ".join(SERVER_SPLITS)}.'
+      )
+    if not self.server_splits:
+      raise ValueError(
+          'This data has no server held-out sets; build it with'
+          ' server_held_out_examples > 0 (flag --server_held_out_examples).'
+      )
+    positions = self.server_splits[split]
+    return self.source.x[positions], self.source.y[positions]
 
   def indices(self, client_id: str, split: str) -> np.ndarray:
     """Positions into `source` of a client's split."""
@@ -381,6 +416,7 @@ def build_federated_data(
     validation_fraction: float = 0.1,
     test_fraction: float = 0.2,
     examples_per_client: int | None = None,
+    server_held_out_examples: int = 0,
     **partition_params: Any,
 ) -> FederatedData:
   """Partitions a Source into clients and splits each client's own data.
@@ -396,6 +432,8 @@ def build_federated_data(
     test_fraction: Fraction of each client's pool for test (not used by
       'natural', which keeps the source's own test split).
     examples_per_client: Cap on each client's pool before splitting.
+    server_held_out_examples: Size of each of the server's two held-out
+      sets (0: none); see the module docstring.
     **partition_params: The partition's parameters (alpha, kappa, m, ...).
 
   Returns:
@@ -403,10 +441,17 @@ def build_federated_data(
 
   Raises:
     ValueError: bad fractions or cap, a partition that needs class labels on
-      a sequence source, an impossible partition, or a client left without
-      training data.
+      a sequence source, an impossible partition, a client left without
+      training data, or too few unheld examples for the server's sets.
   """
   _check_fractions(validation_fraction, test_fraction)
+  if (isinstance(server_held_out_examples, bool)
+      or not isinstance(server_held_out_examples, (int, np.integer))
+      or server_held_out_examples < 0):
+    raise ValueError(
+        'server_held_out_examples must be a non-negative integer, got'
+        f' {server_held_out_examples!r}.'
+    )
   if examples_per_client is not None and (
       isinstance(examples_per_client, bool)
       or not isinstance(examples_per_client, (int, np.integer))
@@ -474,6 +519,11 @@ def build_federated_data(
           rng,
           client_id,
       )
+  server_splits = {}
+  if server_held_out_examples:
+    server_splits = _server_splits(
+        source.num_examples, splits.values(), labels,
+        server_held_out_examples, seed)
   return FederatedData(
       source=source,
       client_ids=client_ids,
@@ -485,9 +535,59 @@ def build_federated_data(
           # 'natural' keeps the source's test split; don't report a fraction.
           **({} if natural else {'test_fraction': test_fraction}),
           examples_per_client=examples_per_client,
+          **({'server_held_out_examples': server_held_out_examples}
+             if server_held_out_examples else {}),
       ),
       seed=seed,
+      server_splits=server_splits,
   )
+
+
+def _server_splits(
+    num_examples: int,
+    client_splits,
+    labels: np.ndarray,
+    size: int,
+    seed: int,
+) -> dict[str, np.ndarray]:
+  """The server's validation and test sets from examples no client holds.
+
+  What the clients leave is skewed by the partition, so each class gets
+  its share of the whole source (as far as unheld examples allow; any
+  shortfall is filled at random). They come from their own random stream,
+  so the clients' splits are the same with or without them.
+  """
+  held = np.zeros(num_examples, bool)
+  for client in client_splits:
+    for split in SPLITS:
+      held[client.get(split)] = True
+  unheld = np.flatnonzero(~held)
+  wanted = 2 * size
+  if wanted > len(unheld):
+    raise ValueError(
+        f'server_held_out_examples={size} needs {wanted} examples that no'
+        f' client holds, but only {len(unheld)} are left. Lower'
+        ' server_held_out_examples, or lower examples_per_client / use fewer'
+        ' clients so the clients hold less of the data.'
+    )
+  rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5E4E4]))
+  classes, counts = np.unique(labels, return_counts=True)
+  exact = wanted * counts / counts.sum()
+  quota = np.floor(exact).astype(np.int64)
+  # Largest remainders get the examples the floors leave out.
+  quota[np.argsort(quota - exact, kind='stable')[:wanted - quota.sum()]] += 1
+  chosen = []
+  for label, share in zip(classes, quota):
+    members = unheld[labels[unheld] == label]
+    chosen.append(rng.permutation(members)[:share])
+  chosen = np.concatenate(chosen)
+  if len(chosen) < wanted:
+    spare = np.setdiff1d(unheld, chosen)
+    chosen = np.concatenate(
+        [chosen, rng.permutation(spare)[:wanted - len(chosen)]])
+  # Every prefix of a stratified order is stratified: so are both halves.
+  chosen = chosen[stratified_order(labels[chosen], rng)]
+  return {'validation': np.sort(chosen[:size]), 'test': np.sort(chosen[size:])}
 
 
 # ----------------------------------------------------------------------------
@@ -525,4 +625,10 @@ def format_summary(data: FederatedData) -> str:
   lines.append(
       f'{"total":<{width}}  {totals[0]:>6}  {totals[1]:>6}  {totals[2]:>6}'
   )
+  if data.has_server_held_out:
+    lines.append(
+        f'{"server":<{width}}  {0:>6}'
+        + ''.join(f'  {len(data.server_splits[s]):>6}' for s in SERVER_SPLITS)
+        + '  (held out; no client holds these)'
+    )
   return '\n'.join(lines)

@@ -32,7 +32,7 @@ DATASETS = ('fashion_mnist', 'mnist', 'cifar10', 'femnist', 'shakespeare',
 RESUMABLE_FIELDS = frozenset({
     'rounds', 'output_dir', 'data_dir', 'eval_every',
     'max_concurrent_computation_calls', 'width_step', 'allocation_solver',
-    'annealing_iterations', 'contributions_file',
+    'annealing_iterations', 'contributions_file', 'server_held_out_examples',
 })
 
 CONFIG_FILE = 'config.json'
@@ -70,6 +70,12 @@ class RunConfig:
     examples_per_client: Cap on each client's pool before its own
       train/validation/test split; 0 means no cap.
     validation_fraction / test_fraction: Each client's own split.
+    server_held_out_examples: Size of each of two server-side held-out sets
+      (validation, test) drawn from examples no client holds (0: none).
+      Aequa then measures contributions and its width-accuracy curve on the
+      server's validation set and the rewarded models on its test set,
+      instead of on the clients' pooled splits. Clients' data is the same
+      either way, so this may change when a run is resumed.
     finetune_epochs: Local epochs of FedAvg + fine-tuning.
     eval_every: Evaluate every client's test split every this many rounds
       (0: only after the last round).
@@ -127,6 +133,7 @@ class RunConfig:
   examples_per_client: int = 0
   validation_fraction: float = 0.1
   test_fraction: float = 0.2
+  server_held_out_examples: int = 0
   finetune_epochs: int = 1
   eval_every: int = 1
   data_dir: str = ''
@@ -179,7 +186,8 @@ class RunConfig:
                  'personal_epochs'):
       if getattr(self, name) < 1:
         raise ConfigError(f'{name} must be >= 1, got {getattr(self, name)}.')
-    for name in ('examples_per_client', 'eval_every', 'seed'):
+    for name in ('examples_per_client', 'eval_every', 'seed',
+                 'server_held_out_examples'):
       if getattr(self, name) < 0:
         raise ConfigError(f'{name} must be >= 0, got {getattr(self, name)}.')
     if self.clients_per_round > self.num_clients:
@@ -305,16 +313,22 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 def incompatible_settings(
     saved: dict[str, Any], current: RunConfig
 ) -> list[str]:
-  """Human-readable differences that forbid resuming `saved` as `current`."""
+  """Human-readable differences that forbid resuming `saved` as `current`.
+
+  A setting missing from `saved` (added to tff_fair after that run began)
+  counts as its default, which is what that run used.
+  """
   now = current.to_dict()
+  defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
   differences = []
   for key in sorted(set(saved) | set(now)):
     if key in RESUMABLE_FIELDS:
       continue
-    if saved.get(key, '<missing>') != now.get(key, '<missing>'):
+    was = saved.get(key, defaults.get(key, '<missing>'))
+    if was != now.get(key, '<missing>'):
       differences.append(
-          f'{key}: saved run has {saved.get(key, "<missing>")!r}, this run'
-          f' asks {now.get(key, "<missing>")!r}'
+          f'{key}: saved run has {was!r}, this run asks'
+          f' {now.get(key, "<missing>")!r}'
       )
   return differences
 

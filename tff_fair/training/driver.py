@@ -341,24 +341,33 @@ class Trainer:
     """Contributions, width allocation and the rewarded models' metrics.
 
     Contributions and the width-accuracy curve are measured on the same
-    common held-out set (all clients' validation splits pooled; their test
-    splits when there is none), so gains a_i - c_i compare like with like:
-    a skewed client's standalone model is judged on the federation's
-    distribution, as the global model is. Rewarded models are then measured
-    on the pooled test splits (and on each client's own test split).
+    common held-out set, so gains a_i - c_i compare like with like: a skewed
+    client's standalone model is judged on the federation's distribution, as
+    the global model is. With server held-out sets
+    (`server_held_out_examples`) that is the server's validation set and the
+    rewarded models are measured on the server's test set. Without them it
+    is all clients' validation splits pooled (their test splits when there
+    is none), and the rewarded models are measured on the pooled test
+    splits. Each rewarded model is also measured on its client's own test
+    split.
     """
     config = self.config
     data = self.experiment.data
     evaluations = {}
-    has_validation = any(data.num_examples(c, 'validation')
-                         for c in data.client_ids)
-    held_out = self._pooled('validation' if has_validation else 'test')
+    if data.has_server_held_out:
+      held_out = data.server_arrays('validation')
+      reward_test = data.server_arrays('test')
+    else:
+      has_validation = any(data.num_examples(c, 'validation')
+                           for c in data.client_ids)
+      held_out = self._pooled('validation' if has_validation else 'test')
+      reward_test = self._pooled('test')
     if config.contributions_file:
       contributions = experiment_lib.load_client_values(
           config.contributions_file, data.client_ids, 'contribution')
     else:
       logging.info('Measuring contributions as standalone accuracy on the'
-                   ' pooled held-out data.')
+                   ' common held-out data (%d examples).', len(held_out[1]))
       models = self._train_locally(
           self.experiment.plain_model_spec.initial_weights(config.seed),
           self.standalone_epochs(), tag=0)
@@ -369,7 +378,7 @@ class Trainer:
     rewards = rewards_lib.assign_rewards(
         self.experiment.model_spec.build_keras, global_weights,
         config.width_grid(), held_out, contributions,
-        lambda cid: data.arrays(cid, 'test'), self._pooled('test'),
+        lambda cid: data.arrays(cid, 'test'), reward_test,
         solver=config.allocation_solver,
         annealing_iterations=config.annealing_iterations, seed=config.seed)
     rewards_lib.write_tables(rewards, config.output_dir)

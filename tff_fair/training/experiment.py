@@ -170,6 +170,7 @@ def build_experiment(config: config_lib.RunConfig) -> Experiment:
       validation_fraction=config.validation_fraction,
       test_fraction=config.test_fraction,
       examples_per_client=config.examples_per_client or None,
+      server_held_out_examples=config.server_held_out_examples,
       **config.partition_params(),
   )
   plain_name = config.model.removeprefix('slimmable_')

@@ -3,8 +3,9 @@
 After federated slimmable training the server
 
 1. measures the global model's width-accuracy curve on common held-out
-   data (the clients' validation splits pooled; their test splits when
-   there is no validation data), at `RunConfig.width_grid()`;
+   data (the server's held-out validation set when the run has one;
+   otherwise the clients' validation splits pooled, or their test splits
+   when there is no validation data), at `RunConfig.width_grid()`;
 2. takes each client's contribution c_i: values the user supplies, or the
    accuracy of the client's standalone model on the same held-out data (the
    paper's surrogate, measured where the curve is, so that a_i - c_i
@@ -12,9 +13,13 @@ After federated slimmable training the server
 3. allocates one width per client with `tff_fair.fairness.allocation`
    (IR, low variance and high mean of the gains a_i - c_i, a_i read off
    the curve);
-4. gives each client the global model at its width and measures it on the
-   pooled test splits (the accuracy the fairness report compares with the
-   contributions) and on the client's own test split (reported too).
+4. gives each client the global model at its width and measures it on a
+   second common set (the server's held-out test set, or the clients' test
+   splits pooled): the accuracy the fairness report compares with the
+   contributions. It is disjoint from the first unless the clients have no
+   validation splits; measuring where the width was chosen would reward
+   the curve's noise. Each model is also measured on
+   its client's own test split (reported too).
 """
 
 import csv
@@ -45,11 +50,11 @@ class Rewards:
     contributions: Client id -> c_i.
     allocation: The solver's result (clients in `client_ids` order).
     client_ids: Clients, in the allocation's order.
-    test_curve: Accuracy of the global model at each width on the pooled
-      test splits.
+    test_curve: Accuracy of the global model at each width on the reward
+      test set.
     metrics: Client id -> metrics of the model at its width on its own test
       split.
-    report: Fairness of the rewarded models' pooled-test accuracies against
+    report: Fairness of the rewarded models' reward-test accuracies against
       the contributions.
   """
 
@@ -86,7 +91,7 @@ def assign_rewards(
     held_out: tuple[np.ndarray, np.ndarray],
     contributions: Mapping[str, float],
     test_arrays,
-    pooled_test: tuple[np.ndarray, np.ndarray],
+    reward_test: tuple[np.ndarray, np.ndarray],
     *,
     solver: str = 'exact',
     annealing_iterations: int = 0,
@@ -101,7 +106,8 @@ def assign_rewards(
     held_out: Pooled held-out `(x, y)` for the curve.
     contributions: Client id -> c_i for every client to reward.
     test_arrays: `client_id -> (x, y)` of the client's own test split.
-    pooled_test: All clients' test splits, concatenated.
+    reward_test: Common `(x, y)` the rewarded models are measured on
+      (step 4).
     solver: 'exact' or 'annealing'.
     annealing_iterations: Annealer iterations (0: its default).
     seed: The annealer's seed.
@@ -135,7 +141,7 @@ def assign_rewards(
         weights, group, test_arrays))
   metrics = {cid: metrics[cid] for cid in client_ids}
   test_curve = width_accuracy_curve(build_keras, weights, widths,
-                                    *pooled_test)
+                                    *reward_test)
   report = fairness_metrics.fairness_report(
       c, test_curve[np.asarray(allocation.level)])
   return Rewards(tuple(widths), curve, dict(contributions), allocation,
