@@ -4,9 +4,10 @@ One run, one seed. Fashion-MNIST, label skew #C=2, 20 clients with 300
 training and 100 test examples each, 50 rounds, every client every round.
 Prints a table and writes it as CSV; then the same with half the clients
 malicious under A1 (label poisoning): benign clients' mean accuracy. Every
-federated run uses the same global training: client SGD (lr 0.05, one
-epoch), server SGD with momentum 0.9 (FedAvgM; `--server_optimizer=sgd` for
-plain FedAvg), so Ditto's anchor is as good as FedAvg makes it.
+run trains with the Ditto reference's Fashion-MNIST settings (client SGD,
+lr 0.05, batch 16, one epoch per round; the personal model the same); every
+federated run's server uses momentum 0.9 (FedAvgM; `--server_optimizer=sgd`
+for plain FedAvg), so Ditto's anchor is as good as FedAvg makes it.
 
   .venv/bin/python -m benchmarks.ditto_fmnist --output_dir=runs/bench_ditto
 
@@ -32,6 +33,8 @@ _OUTPUT_DIR = flags.DEFINE_string('output_dir', 'runs/bench_ditto',
 _ROUNDS = flags.DEFINE_integer('rounds', 50, 'Federated rounds.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of every run.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'See the README.')
+_BATCH_SIZE = flags.DEFINE_integer(
+    'batch_size', 16, 'Client batch size of every run (the reference\'s 16).')
 _SERVER_OPTIMIZER = flags.DEFINE_enum(
     'server_optimizer', 'sgdm', config_lib.OPTIMIZERS,
     'Server optimizer of every federated run (sgdm: momentum 0.9, FedAvgM).')
@@ -45,7 +48,7 @@ def _config(name: str, **overrides) -> config_lib.RunConfig:
       dataset='fashion_mnist', partition='label_skew', classes_per_client=2,
       num_clients=20, clients_per_round=20, examples_per_client=400,
       validation_fraction=0.0, test_fraction=0.25, rounds=_ROUNDS.value,
-      local_epochs=1, batch_size=32, client_learning_rate=0.05,
+      local_epochs=1, batch_size=_BATCH_SIZE.value, client_learning_rate=0.05,
       server_optimizer=_SERVER_OPTIMIZER.value, server_learning_rate=1.0,
       personal_learning_rate=0.05, finetune_epochs=1, eval_every=0,
       seed=_SEED.value, data_dir=_DATA_DIR.value,
