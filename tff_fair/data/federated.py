@@ -22,8 +22,8 @@
 
 4. Server held-out sets (optional, `server_held_out_examples=n`). The
    server keeps two disjoint sets of n examples each, 'validation' and
-   'test', drawn (stratified by class) from the examples no client holds
-   after the cap. They estimate accuracies on the federation's overall
+   'test', drawn from the examples no client holds after the cap, each with
+   the class shares of the whole source. They estimate accuracies on the federation's overall
    distribution with far less noise than the clients' small splits (Aequa's
    width-accuracy curve and rewards); no client ever trains on them.
 
@@ -35,7 +35,7 @@ the sizes of the others.
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 import dataclasses
 import types
 from typing import Any
@@ -545,7 +545,7 @@ def build_federated_data(
 
 def _server_splits(
     num_examples: int,
-    client_splits,
+    client_splits: Iterable[ClientSplits],
     labels: np.ndarray,
     size: int,
     seed: int,

@@ -18,8 +18,8 @@ After federated slimmable training the server
    splits pooled): the accuracy the fairness report compares with the
    contributions. It is disjoint from the first unless the clients have no
    validation splits; measuring where the width was chosen would reward
-   the curve's noise. Each model is also measured on
-   its client's own test split (reported too).
+   the curve's noise. Each model is also measured on its client's own test
+   split (reported too).
 """
 
 import csv
