@@ -28,9 +28,10 @@ Per partition:
   aequa_fairness.json); for FedAvg + fine-tuning each client's fine-tuned
   model on its own test split.
 
-Then the slimmable step-time ratio (CIFAR CNN, batch 64, width 0.25 vs 1.0)
-and the allocator time for 10,000 clients and 76 width levels, from their
-own scripts.
+Then the slimmable step-time ratio (CIFAR CNN, batch 64, width 0.25 vs 1.0;
+one client on every core, four clients at once as in a round, and one
+client on one TensorFlow thread) and the allocator time for 10,000 clients
+and 76 width levels, from their own scripts.
 
   .venv/bin/python -m benchmarks.aequa_fmnist --output_dir=runs/bench_aequa
 """
@@ -143,10 +144,12 @@ def main(argv):
     writer.writeheader()
     writer.writerows(rows)
   # Timings from their own scripts (separate processes, no TFF worker).
-  for script in ('benchmarks.slimmable_step_time',
-                 'benchmarks.allocation_timing'):
-    print(f'\n$ python -m {script}', flush=True)
-    subprocess.run([sys.executable, '-m', script], check=True)
+  for command in (('benchmarks.slimmable_step_time',),
+                  ('benchmarks.slimmable_step_time', '--concurrent_clients=4'),
+                  ('benchmarks.slimmable_step_time', '--threads=1'),
+                  ('benchmarks.allocation_timing',)):
+    print(f'\n$ python -m {" ".join(command)}', flush=True)
+    subprocess.run([sys.executable, '-m', *command], check=True)
 
 
 if __name__ == '__main__':

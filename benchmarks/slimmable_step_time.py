@@ -3,18 +3,27 @@
 Plain script (not a test, not in Bazel), from the repository root:
 
     .venv/bin/python benchmarks/slimmable_step_time.py [--batch 64 --steps 50]
+        [--threads 1]
 
 One `tf.function` training step takes the width as a tensor argument (traced
 once, shapes dynamic), so this measures what the TFF computation runs. Widths
 are timed in interleaved rounds; the median per-step time is reported, with
 the ratio narrow / full and, for reference, the non-slimmable
 `architectures.cifar_cnn` step and the multiply-accumulate ratio.
+
+With one client on every core (the default) the full width's large
+convolutions split across cores and the narrow width's small ones hardly
+do, so the ratio also measures how well small ops parallelize. A federated
+round trains its clients concurrently, sharing the cores:
+`--concurrent_clients=4` times that (wall time per step, over all
+clients), and `--threads=1` the work of one step on one thread.
 """
 
 import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 
 import numpy as np
@@ -54,12 +63,29 @@ def _step_fn(model, optimizer, loss_fn, slim: bool):
   return step
 
 
-def _time(step, x, y, width, steps) -> float:
-  start = time.perf_counter()
+def _run(step, x, y, width, steps) -> None:
   for _ in range(steps):
     loss = step(x, y, width)
   loss.numpy()  # Waits for the last step.
-  return (time.perf_counter() - start) / steps
+
+
+def _time(step_fns, x, y, width, steps) -> float:
+  """Wall time per step, all `step_fns` (one per client) concurrently."""
+  threads = [threading.Thread(target=_run, args=(fn, x, y, width, steps))
+             for fn in step_fns]
+  start = time.perf_counter()
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  return (time.perf_counter() - start) / (steps * len(step_fns))
+
+
+def _model_step(build, loss_fn, slim: bool):
+  model = build(seed=0)
+  optimizer = tf.keras.optimizers.SGD(0.01)
+  optimizer.build(model.trainable_variables)  # No variables made in a trace.
+  return _step_fn(model, optimizer, loss_fn, slim=slim)
 
 
 def main():
@@ -68,38 +94,45 @@ def main():
   parser.add_argument('--steps', type=int, default=50)
   parser.add_argument('--rounds', type=int, default=7)
   parser.add_argument('--narrow', type=float, default=0.25)
+  parser.add_argument('--threads', type=int, default=0,
+                      help='TensorFlow threads (0: TensorFlow\'s default).')
+  parser.add_argument('--concurrent_clients', type=int, default=1,
+                      help='Models stepping at once, one Python thread each.')
   args = parser.parse_args()
+  if args.threads:
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
 
   rng = np.random.default_rng(0)
   x = tf.constant(rng.random((args.batch, 32, 32, 3), np.float32))
   y = tf.constant(rng.integers(0, 10, args.batch), tf.int32)
   loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
-  model = slimmable_models.cifar_cnn(seed=0)
-  optimizer = tf.keras.optimizers.SGD(0.01)
-  optimizer.build(model.trainable_variables)  # No variables made in a trace.
-  step = _step_fn(model, optimizer, loss_fn, slim=True)
-  reference = architectures.cifar_cnn(seed=0)
-  ref_optimizer = tf.keras.optimizers.SGD(0.01)
-  ref_optimizer.build(reference.trainable_variables)
-  ref_step = _step_fn(reference, ref_optimizer, loss_fn, slim=False)
+  clients = range(args.concurrent_clients)
+  steps = [_model_step(slimmable_models.cifar_cnn, loss_fn, slim=True)
+           for _ in clients]
+  ref_steps = [_model_step(architectures.cifar_cnn, loss_fn, slim=False)
+               for _ in clients]
   narrow = tf.constant(args.narrow, tf.float32)
   full = tf.constant(1.0, tf.float32)
-  for _ in range(5):  # Warm-up (trace once, then steady state).
-    step(x, y, narrow), step(x, y, full), ref_step(x, y, full)
-  traces = step.experimental_get_tracing_count()
+  for step, ref_step in zip(steps, ref_steps):
+    for _ in range(5):  # Warm-up (trace once, then steady state).
+      step(x, y, narrow), step(x, y, full), ref_step(x, y, full)
+  traces = steps[0].experimental_get_tracing_count()
 
   times = {'narrow': [], 'full': [], 'reference': []}
   for _ in range(args.rounds):
-    times['narrow'].append(_time(step, x, y, narrow, args.steps))
-    times['full'].append(_time(step, x, y, full, args.steps))
-    times['reference'].append(_time(ref_step, x, y, full, args.steps))
+    times['narrow'].append(_time(steps, x, y, narrow, args.steps))
+    times['full'].append(_time(steps, x, y, full, args.steps))
+    times['reference'].append(_time(ref_steps, x, y, full, args.steps))
   med = {k: statistics.median(v) for k, v in times.items()}
   best = {k: min(v) for k, v in times.items()}
 
+  threads = args.threads or 'default'
   print(f'slimmable cifar_cnn, batch {args.batch}, {args.steps} steps x'
-        f' {args.rounds} rounds, tf.function traced {traces} time(s);'
-        ' ms/step as median (best)')
+        f' {args.rounds} rounds, {args.concurrent_clients} client(s) at once,'
+        f' TensorFlow threads: {threads}, tf.function traced {traces}'
+        ' time(s); ms/step as median (best)')
   for label, key in ((f'width {args.narrow:.2f}', 'narrow'),
                      ('width 1.00', 'full'),
                      ('reference (non-slimmable) cifar_cnn', 'reference')):
@@ -107,6 +140,7 @@ def main():
   print(f'  step-time ratio {args.narrow:.2f} / 1.00:'
         f' {med["narrow"] / med["full"]:.3f} median,'
         f' {best["narrow"] / best["full"]:.3f} best (target <= 0.3)')
+  model = slimmable_models.cifar_cnn(seed=0)
   macs = {w: slimmable.multiply_accumulates(model, w)
           for w in (args.narrow, 1.0)}
   print(f'  MACs/example: {macs[args.narrow]:,} vs {macs[1.0]:,}'
