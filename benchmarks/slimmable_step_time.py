@@ -3,7 +3,7 @@
 Plain script (not a test, not in Bazel), from the repository root:
 
     .venv/bin/python benchmarks/slimmable_step_time.py [--batch 64 --steps 50]
-        [--threads 1]
+        [--concurrent_clients 4] [--threads 1]
 
 One `tf.function` training step takes the width as a tensor argument (traced
 once, shapes dynamic), so this measures what the TFF computation runs. Widths
