@@ -193,6 +193,21 @@ class ServerHeldOutTest(parameterized.TestCase):
       self.assertFalse(np.array_equal(first.server_splits[split],
                                       other.server_splits[split]))
 
+  def test_short_class_is_filled_from_the_others(self):
+    # A client holds 95 of the 100 examples of class 0: the server gets the
+    # 5 left and fills the rest of class 0's share with class 1.
+    labels = np.repeat([0, 1], 100)
+    client = federated.ClientSplits(
+        train=np.arange(95), validation=np.zeros(0, np.int64),
+        test=np.zeros(0, np.int64))
+    sets = federated._server_splits(200, [client], labels, 20, seed=0)
+    chosen = np.concatenate([sets['validation'], sets['test']])
+    self.assertLen(sets['validation'], 20)
+    self.assertLen(sets['test'], 20)
+    self.assertLen(np.unique(chosen), 40)
+    self.assertEmpty(np.intersect1d(chosen, np.arange(95)))
+    self.assertContainsSubset(set(range(95, 100)), set(chosen.tolist()))
+
   def test_too_few_unheld_examples(self):
     # 4 clients x 400 hold 1,600 of 1,797 digits: 197 are left.
     with self.assertRaisesRegex(
