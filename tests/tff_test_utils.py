@@ -12,17 +12,6 @@ import tensorflow as tf
 from tff_fair.runtime import local as local_runtime
 
 
-def data_dir() -> str:
-  """The offline data folder; tests fail loudly (not skip) without it."""
-  path = os.environ.get('TFF_FAIR_DATA_DIR', '')
-  if not path or not os.path.isdir(path):
-    raise RuntimeError(
-        'Set TFF_FAIR_DATA_DIR to the data folder (shared/data); the test'
-        ' command does this for you.'
-    )
-  return path
-
-
 def process_is_running(pid: int) -> bool:
   """True if `pid` exists and is not a zombie (an ended, unreaped process)."""
   try:

@@ -1,13 +1,13 @@
 """Tests for tff_fair.data.federated.
 
 Most tests use scikit-learn's bundled digits (offline, 1,797 examples). The
-natural-partition tests read FEMNIST and Shakespeare from
-`TFF_FAIR_DATA_DIR` and fail without it. Nothing here executes a
+natural-partition tests of the real FEMNIST and Shakespeare files read them
+from `TFF_FAIR_DATA_DIR` and are skipped, by name, where they are absent
+(tests/real_data.py); the same paths run on small sources built here. Nothing here executes a
 federated computation, so no TFF worker process is started.
 """
 
 import collections
-import os
 from unittest import mock
 
 from absl.testing import absltest
@@ -16,11 +16,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tests import real_data
 from tff_fair.data import federated
 from tff_fair.data import partition as partition_lib
 from tff_fair.data import sources
 
-_DATA_DIR = os.environ.get(sources.DATA_DIR_ENV)
 _DIGITS = sources.load_source('digits')
 
 
@@ -257,7 +257,8 @@ class NaturalTest(absltest.TestCase):
     self.assertEqual(data.client_ids, ('a', 'b'))
 
   def test_femnist_writers(self):
-    source = sources.load_source('femnist', _DATA_DIR)
+    source = sources.load_source(
+        'femnist', real_data.data_dir_with('femnist/femnist_partial.npz'))
     data = federated.build_federated_data(
         source, partition='natural', num_clients=None, seed=0
     )
@@ -268,7 +269,8 @@ class NaturalTest(absltest.TestCase):
     self.assertEqual(_total(data), source.num_examples)
 
   def test_femnist_cap_keeps_test_share(self):
-    source = sources.load_source('femnist', _DATA_DIR)
+    source = sources.load_source(
+        'femnist', real_data.data_dir_with('femnist/femnist_partial.npz'))
     data = federated.build_federated_data(
         source, partition='natural', num_clients=10, seed=0,
         examples_per_client=50,
@@ -279,7 +281,10 @@ class NaturalTest(absltest.TestCase):
       self.assertBetween(counts[2], 3, 8)  # ~10% test, as in the source.
 
   def test_shakespeare_client_data(self):
-    source = sources.load_source('shakespeare', _DATA_DIR)
+    source = sources.load_source(
+        'shakespeare', real_data.data_dir_with(
+            'shakespeare/shakespeare_train.h5',
+            'shakespeare/shakespeare_test.h5'))
     data = federated.build_federated_data(
         source, partition='natural', num_clients=None, seed=0
     )

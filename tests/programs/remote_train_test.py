@@ -14,7 +14,7 @@ from tests import tff_test_utils
 def _flags(output_dir, port, rounds):
   return tff_test_utils.module_command(
       'programs.train', algorithm='ditto', dataset='digits',
-      data_dir=tff_test_utils.data_dir(), num_clients=4, clients_per_round=3,
+      num_clients=4, clients_per_round=3,
       rounds=rounds, batch_size=16, seed=3, eval_every=0,
       output_dir=output_dir, executor='remote', workers=f'localhost:{port}')
 

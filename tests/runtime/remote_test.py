@@ -120,7 +120,7 @@ class RemoteRuntimeTest(absltest.TestCase):
     workers = [self._worker() for _ in range(2)]
     spec = ','.join(str(address) for _, address in workers)
     base = config_lib.RunConfig(
-        dataset='digits', data_dir=tff_test_utils.data_dir(),
+        dataset='digits',
         partition='dirichlet', num_clients=6, clients_per_round=4, rounds=2,
         batch_size=16, client_learning_rate=0.1, seed=5, output_dir='unset')
     for algorithm in ('fedavg', 'ditto'):

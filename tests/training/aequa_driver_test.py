@@ -17,8 +17,7 @@ def _config(output_dir, **overrides):
       algorithm='aequa', dataset='digits', partition='homogeneous',
       num_clients=4, clients_per_round=4, rounds=8, batch_size=16,
       client_learning_rate=0.1, p_min=0.25, width_step=0.25, seed=5,
-      eval_every=0, output_dir=output_dir,
-      data_dir=tff_test_utils.data_dir())
+      eval_every=0, output_dir=output_dir)
   values.update(overrides)
   return config_lib.RunConfig(**values)
 

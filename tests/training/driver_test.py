@@ -15,8 +15,7 @@ def _config(output_dir, **overrides):
   values = dict(
       dataset='digits', partition='dirichlet', alpha=0.5, num_clients=4,
       clients_per_round=3, rounds=4, batch_size=16, client_learning_rate=0.1,
-      seed=7, output_dir=output_dir, eval_every=2,
-      data_dir=tff_test_utils.data_dir())
+      seed=7, output_dir=output_dir, eval_every=2)
   values.update(overrides)
   return config_lib.RunConfig(**values)
 
