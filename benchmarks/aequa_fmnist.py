@@ -38,6 +38,10 @@ and 76 width levels, from their own scripts.
   .venv/bin/python -m benchmarks.aequa_fmnist --output_dir=runs/bench_aequa
 """
 
+# Before anything imports TensorFlow: keep its start-up noise off the terminal.
+from tff_fair.runtime import quiet_startup  # pylint: disable=g-bad-import-order
+quiet_startup.import_tensorflow_quietly()
+
 import csv
 import json
 import os

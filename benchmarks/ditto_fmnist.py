@@ -15,6 +15,10 @@ Each configuration runs through `tff_fair.training.driver`, so a killed
 benchmark resumes where it stopped when run again with the same flags.
 """
 
+# Before anything imports TensorFlow: keep its start-up noise off the terminal.
+from tff_fair.runtime import quiet_startup  # pylint: disable=g-bad-import-order
+quiet_startup.import_tensorflow_quietly()
+
 import csv
 import os
 

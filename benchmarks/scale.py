@@ -26,6 +26,10 @@ process and of its TFF worker(s) every 0.1 s.
 Targets: peak RSS at 10,000 clients <= 1.2 x at 1,000; round time within 20%.
 """
 
+# Before anything imports TensorFlow: keep its start-up noise off the terminal.
+from tff_fair.runtime import quiet_startup  # pylint: disable=g-bad-import-order
+quiet_startup.import_tensorflow_quietly()
+
 import csv
 import os
 import shutil

@@ -19,6 +19,10 @@ round trains its clients concurrently, sharing the cores:
 clients), and `--threads=1` the work of one step on one thread.
 """
 
+# Before anything imports TensorFlow: keep its start-up noise off the terminal.
+from tff_fair.runtime import quiet_startup  # pylint: disable=g-bad-import-order
+quiet_startup.import_tensorflow_quietly()
+
 import argparse
 import os
 import statistics

@@ -12,6 +12,10 @@ when a remote TFF worker is unreachable or lost (restart it and re-run).
 See tff_fair/training/driver.py for the output layout.
 """
 
+# Before anything imports TensorFlow: keep its start-up noise off the terminal.
+from tff_fair.runtime import quiet_startup  # pylint: disable=g-bad-import-order
+quiet_startup.import_tensorflow_quietly()
+
 import dataclasses
 import sys
 

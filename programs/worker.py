@@ -30,6 +30,7 @@ from absl import flags
 from absl import logging
 
 from tff_fair.runtime import binary
+from tff_fair.runtime import quiet_startup
 
 _PORT = flags.DEFINE_integer('port', None, 'TCP port to serve on (all'
                              ' interfaces).', lower_bound=1, upper_bound=65535)
@@ -74,6 +75,8 @@ def main(argv):
   logging.warning(
       'Serving TFF computations on port %d, unencrypted and without'
       ' authentication: keep this port on a private network.', _PORT.value)
+  # The worker inherits our environment: no INFO lines from its C++ runtime.
+  quiet_startup.quiet_environment()
   sys.stdout.flush()
   sys.stderr.flush()
   os.execv(path, [path, f'--port={_PORT.value}',

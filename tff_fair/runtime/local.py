@@ -33,6 +33,7 @@ import portpicker
 import tensorflow_federated as tff
 
 from tff_fair.runtime import binary as binary_lib
+from tff_fair.runtime import quiet_startup
 
 _PR_SET_PDEATHSIG = 1
 _READY_TIMEOUT_SECONDS = 60.0
@@ -85,12 +86,13 @@ class LocalWorker:
             f'--port={self.port}',
             f'--max_concurrent_computation_calls={self._max_calls}',
         ],
-        # The worker's chatter goes to our stderr; never hold our stdout, so
-        # `program | tail` ends when the program does.
-        stdout=sys.stderr,
-        stderr=sys.stderr,
+        # The worker's output goes to our stderr, less known start-up noise;
+        # it never holds our stdout, so `program | tail` ends when we do.
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         preexec_fn=_die_with_parent,
     )
+    quiet_startup.forward_filtered(self._process.stdout, sys.stderr)
     with LocalWorker._live_lock:
       LocalWorker._live.add(self)
     channel = grpc.insecure_channel(f'localhost:{self.port}', GRPC_OPTIONS)
