@@ -24,6 +24,10 @@ def _cases(xml_path: str):
     return
   for case in root.iter('testcase'):
     name = f"{case.get('classname', '').split('.')[-1]}.{case.get('name')}"
+    if case.get('name') == 'test_session' and case.get('result') == 'suppressed':
+      # tf.test.TestCase's deprecated `test_session` method: always
+      # "skipped (Not a test.)", it is no test of ours.
+      continue
     if case.find('failure') is not None or case.find('error') is not None:
       yield name, 'fail'
     elif case.get('result') == 'suppressed' or case.find('skipped') is not None:

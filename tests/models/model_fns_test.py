@@ -53,5 +53,53 @@ class ModelSpecTest(tf.test.TestCase, parameterized.TestCase):
                                  y_shape=(), num_classes=2)
 
 
+class PaddingTest(tf.test.TestCase):
+  """Sequence targets: padding carries no loss and counts in no metric."""
+
+  def test_masked_loss_and_accuracy_by_hand(self):
+    # Two sequences of 3 targets; label 0 is padding.
+    y_true = tf.constant([[2, 1, 0], [1, 0, 0]])
+    logits = tf.math.log(tf.constant([
+        [[0.1, 0.2, 0.7], [0.3, 0.6, 0.1], [0.9, 0.05, 0.05]],
+        [[0.2, 0.1, 0.7], [0.99, 0.005, 0.005], [0.8, 0.1, 0.1]],
+    ]))
+    loss = model_fns.loss_fn(masks_padding=True)(y_true, logits)
+    expected = -(np.log(0.7) + np.log(0.6) + np.log(0.1)) / 3
+    self.assertAllClose(loss, expected, rtol=1e-5)
+    metric = model_fns.metrics_fn(masks_padding=True)[0]
+    metric.update_state(y_true, logits)
+    # Right on (0, 0) and (0, 1), wrong on (1, 0); padding ignored (the
+    # unmasked metric would count its three 'predicted 0' hits: 5/6).
+    self.assertAllClose(metric.result(), 2 / 3)
+    unmasked = model_fns.metrics_fn()[0]
+    unmasked.update_state(y_true, logits)
+    self.assertAllClose(unmasked.result(), 5 / 6)
+
+  def test_all_padding_batch_has_zero_loss(self):
+    loss = model_fns.loss_fn(masks_padding=True)(
+        tf.zeros([2, 4], tf.int32), tf.random.normal([2, 4, 5]))
+    self.assertEqual(float(loss), 0.0)
+
+  def test_char_model_trains_on_unpadded_targets_only(self):
+    spec = model_fns.build_model_spec(
+        'char_lstm', x_shape=(6,), x_dtype=tf.int32, y_shape=(6,),
+        num_classes=90, vocab_size=90)
+    self.assertTrue(spec.masks_padding)
+    model = spec.model_fn()
+    x = tf.constant([[5, 6, 7, 0, 0, 0]])
+    padded = model.forward_pass({'x': x, 'y': tf.constant([[6, 7, 8, 0, 0,
+                                                            0]])})
+    # The mean over the three real targets alone.
+    logits = padded.predictions[0, :3]
+    expected = tf.reduce_mean(
+        tf.keras.losses.sparse_categorical_crossentropy(
+            [6, 7, 8], logits, from_logits=True))
+    self.assertAllClose(padded.loss, expected, rtol=1e-5)
+
+  def test_classification_models_do_not_mask(self):
+    spec = model_fns.build_model_spec(*_CASES[0][:1], **_CASES[0][1])
+    self.assertFalse(spec.masks_padding)
+
+
 if __name__ == '__main__':
   tf.test.main()

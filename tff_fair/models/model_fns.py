@@ -22,13 +22,58 @@ KerasBuilder = Callable[[Optional[int]], tf.keras.Model]
 
 MODEL_NAMES = ('lenet', 'cifar_cnn', 'text_cnn', 'char_lstm')
 
+# Label of padding in sequence targets (TFF's Shakespeare pad id).
+PAD_LABEL = 0
 
-def loss_fn() -> tf.keras.losses.Loss:
-  """The loss every tff_fair model trains with (models output logits)."""
+
+class MaskedSparseCategoricalCrossentropy(tf.keras.losses.Loss):
+  """Mean cross-entropy over the labels that are not padding.
+
+  Sequence targets are padded with `PAD_LABEL`; counting those positions
+  would reward a model for predicting padding (a third of Shakespeare's
+  targets are padding), so they carry no loss. `sample_weight` multiplies
+  the mask.
+  """
+
+  def __init__(self, name: str = 'masked_sparse_categorical_crossentropy'):
+    super().__init__(name=name)
+
+  def __call__(self, y_true, y_pred, sample_weight=None):
+    per_label = tf.keras.losses.sparse_categorical_crossentropy(
+        y_true, y_pred, from_logits=True)
+    mask = tf.cast(tf.not_equal(y_true, PAD_LABEL), per_label.dtype)
+    if sample_weight is not None:
+      mask *= tf.cast(sample_weight, per_label.dtype)
+    return tf.math.divide_no_nan(tf.reduce_sum(per_label * mask),
+                                 tf.reduce_sum(mask))
+
+
+class MaskedSparseCategoricalAccuracy(
+    tf.keras.metrics.SparseCategoricalAccuracy):
+  """Accuracy over the labels that are not padding (`PAD_LABEL`)."""
+
+  def update_state(self, y_true, y_pred, sample_weight=None):
+    mask = tf.cast(tf.not_equal(y_true, PAD_LABEL), tf.float32)
+    if sample_weight is not None:
+      mask *= tf.cast(sample_weight, tf.float32)
+    return super().update_state(y_true, y_pred, sample_weight=mask)
+
+
+def loss_fn(masks_padding: bool = False) -> tf.keras.losses.Loss:
+  """The loss every tff_fair model trains with (models output logits).
+
+  Args:
+    masks_padding: For sequence targets: ignore `PAD_LABEL` positions.
+  """
+  if masks_padding:
+    return MaskedSparseCategoricalCrossentropy()
   return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def metrics_fn() -> list[tf.keras.metrics.Metric]:
+def metrics_fn(masks_padding: bool = False) -> list[tf.keras.metrics.Metric]:
+  """Training metrics; `masks_padding` as for `loss_fn`."""
+  if masks_padding:
+    return [MaskedSparseCategoricalAccuracy(name='accuracy')]
   return [tf.keras.metrics.SparseCategoricalAccuracy(name='accuracy')]
 
 
@@ -41,19 +86,22 @@ class ModelSpec:
     build_keras: `seed -> tf.keras.Model`, a fresh uncompiled model that
       outputs logits. `seed=None` leaves initializers unseeded.
     input_spec: The batched element spec, `OrderedDict(x=..., y=...)`.
+    masks_padding: Whether labels are padded sequences whose `PAD_LABEL`
+      positions the loss and metrics ignore (as evaluation does).
   """
 
   name: str
   build_keras: KerasBuilder
   input_spec: object
+  masks_padding: bool = False
 
   def model_fn(self) -> tff.learning.models.VariableModel:
     """Builds a fresh `VariableModel` (call inside each `model_fn`)."""
     return tff.learning.models.from_keras_model(
         self.build_keras(None),
-        loss=loss_fn(),
+        loss=loss_fn(self.masks_padding),
         input_spec=self.input_spec,
-        metrics=metrics_fn(),
+        metrics=metrics_fn(self.masks_padding),
     )
 
   def initial_weights(self, seed: int) -> tff.learning.models.ModelWeights:
@@ -135,4 +183,5 @@ def build_model_spec(
       name=name,
       build_keras=lambda seed: builder(seed=seed),
       input_spec=batched_input_spec(x_shape, x_dtype, y_shape),
+      masks_padding=bool(len(y_shape)),
   )
