@@ -82,6 +82,14 @@ class ClientEvaluatorTest(tf.test.TestCase):
         (result['a'].accuracy + result['b'].accuracy) / 2)
     table = per_client.format_table(result)
     self.assertIn('worst_10_mean', table)
+    # The worst row holds the highest loss and the lowest accuracy.
+    worst_row = next(l for l in table.splitlines() if l.startswith('worst '))
+    loss, accuracy = (float(v) for v in worst_row.split()[1:3])
+    self.assertAlmostEqual(loss, max(m.loss for m in result.values()),
+                           places=4)
+    self.assertAlmostEqual(accuracy,
+                           min(m.accuracy for m in result.values()), places=4)
+    self.assertIn('bal.acc: balanced accuracy', table)
 
   def test_missing_client_weights(self):
     with self.assertRaisesRegex(KeyError, "'c'"):

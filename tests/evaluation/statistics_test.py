@@ -21,6 +21,7 @@ class SummarizeTest(parameterized.TestCase):
     self.assertAlmostEqual(s.variance, 0.385 - 0.3025)
     self.assertAlmostEqual(s.worst_10_mean, 0.1)
     self.assertAlmostEqual(s.best_10_mean, 1.0)
+    self.assertAlmostEqual(s.worst, 0.1)
     self.assertAlmostEqual(s.min, 0.1)
     self.assertAlmostEqual(s.max, 1.0)
 
@@ -40,6 +41,7 @@ class SummarizeTest(parameterized.TestCase):
     s = statistics.summarize([0.5, 2.0, 1.0], higher_is_better=False)
     self.assertAlmostEqual(s.worst_10_mean, 2.0)
     self.assertAlmostEqual(s.best_10_mean, 0.5)
+    self.assertAlmostEqual(s.worst, 2.0)  # Not the minimum, as for accuracy.
     self.assertAlmostEqual(s.min, 0.5)
 
   def test_as_dict_prefixes_names(self):

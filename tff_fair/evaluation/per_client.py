@@ -175,8 +175,12 @@ def format_table(metrics: Mapping[str, ClientMetrics]) -> str:
       f'{"statistic":<24}{"loss":>9}{"accuracy":>10}{"bal.acc":>9}'
   )
   for stat in ('mean', 'weighted_mean', 'variance', 'worst_10_mean',
-               'best_10_mean', 'min'):
+               'best_10_mean', 'worst'):
     row = [getattr(summary[n], stat) for n in
            ('loss', 'accuracy', 'balanced_accuracy')]
     lines.append(f'{stat:<24}{row[0]:>9.4f}{row[1]:>10.4f}{row[2]:>9.4f}')
+  lines.append('bal.acc: balanced accuracy, the mean recall over the classes'
+               ' in a client\'s test split. worst_10_mean: mean of the worst'
+               ' 10% of clients (highest losses, lowest accuracies); worst:'
+               ' the worst client.')
   return '\n'.join(lines)

@@ -11,6 +11,8 @@ uses. Definitions:
 * `worst_10_mean` / `best_10_mean`: mean of the ceil(10% of N) worst /
   best values (at least one client); for accuracy the worst are the lowest,
   for a loss (`higher_is_better=False`) the highest.
+* `worst`: the single worst client's value (the lowest accuracy, the
+  highest loss).
 * `min` / `max`.
 """
 
@@ -30,6 +32,7 @@ class ClientStatistics:
   variance: float
   worst_10_mean: float
   best_10_mean: float
+  worst: float
   min: float
   max: float
 
@@ -88,6 +91,7 @@ def summarize(
       variance=float(v.var()),
       worst_10_mean=worst,
       best_10_mean=best,
+      worst=float(ordered[0] if higher_is_better else ordered[-1]),
       min=float(ordered[0]),
       max=float(ordered[-1]),
   )
