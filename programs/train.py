@@ -48,6 +48,28 @@ flags.DEFINE_integer('quantity_clients', _DEFAULTS.quantity_clients,
                      'quantity_skew: number of large clients.')
 flags.DEFINE_integer('classes_per_client', _DEFAULTS.classes_per_client,
                      'label_skew: classes per client (#C=m).')
+flags.DEFINE_enum('label_skew_rule', _DEFAULTS.label_skew_rule,
+                  config_lib.LABEL_SKEW_RULES,
+                  'label_skew: how classes are assigned. niid_bench: client'
+                  ' i holds class i mod K plus m-1 others drawn at random'
+                  ' (seeded), as in NIID-Bench, IAFL and Aequa; a class no'
+                  ' client draws (only with fewer clients than classes) is'
+                  ' left unused. cyclic: m consecutive classes around one'
+                  ' random cycle (tff_fair before this flag; with m dividing'
+                  ' K only K/m distinct, disjoint class sets). Runs saved'
+                  ' before this flag used cyclic and resume only with it.')
+flags.DEFINE_enum('quantity_large_clients', _DEFAULTS.quantity_large_clients,
+                  config_lib.QUANTITY_LARGE_CLIENTS,
+                  'quantity_skew: which clients are large. random:'
+                  ' --quantity_clients clients drawn at random (seeded);'
+                  ' first: clients 0..m-1 (tff_fair before this flag; runs'
+                  ' saved before it used first and resume only with it).')
+flags.DEFINE_enum('kappa_scope', _DEFAULTS.kappa_scope,
+                  config_lib.KAPPA_SCOPES,
+                  'quantity_skew: shared: --kappa is the large clients\''
+                  ' share of the data together (IAFL\'s reading); each: each'
+                  ' large client holds kappa of it (the Aequa paper\'s'
+                  ' wording; needs quantity_clients * kappa < 1).')
 flags.DEFINE_integer('num_clients', _DEFAULTS.num_clients, 'Clients.')
 flags.DEFINE_integer('clients_per_round', None,
                      'Clients sampled per round (default: all).')
