@@ -132,14 +132,26 @@ flags.DEFINE_float('p_max', _DEFAULTS.p_max, 'aequa: largest sampled width.')
 flags.DEFINE_integer('widths_per_step', _DEFAULTS.widths_per_step,
                      'aequa: widths sampled per step besides the full one.')
 flags.DEFINE_float('width_step', _DEFAULTS.width_step,
-                   'aequa: spacing of the width-accuracy curve.')
+                   'aequa: spacing of the width-accuracy curve\'s widths,'
+                   ' from --p_min to --p_max; each client is rewarded one of'
+                   ' them. The default 0.01 is what the benchmark found'
+                   ' best: a coarser grid leaves jumps in a steep curve'
+                   ' that spread the gains (0.05 on MNIST, Dirichlet(0.3),'
+                   ' 15 clients: 0.595 at width 0.3, 0.819 at 0.35). The'
+                   ' allocation stays cheap; the curve costs one held-out'
+                   ' evaluation per width. May change when resuming.')
 flags.DEFINE_enum('allocation_solver', _DEFAULTS.allocation_solver,
                   config_lib.ALLOCATION_SOLVERS, 'aequa: width allocation.')
 flags.DEFINE_integer('annealing_iterations', 0,
                      'aequa: annealer iterations (0: its default).')
 flags.DEFINE_string('contributions_file', '',
-                    'aequa: JSON {client_id: contribution}; default:'
-                    ' standalone accuracy.')
+                    'aequa: JSON {client_id: contribution} for every client.'
+                    ' Default: each client trains a model alone and its'
+                    ' contribution is that model\'s accuracy on the common'
+                    ' held-out set the width-accuracy curve is measured on'
+                    ' (the server\'s validation set with'
+                    ' --server_held_out_examples, else all clients\''
+                    ' validation splits pooled).')
 flags.DEFINE_integer('max_concurrent_computation_calls', -1,
                      'Local TFF worker concurrency (-1: unlimited).')
 flags.DEFINE_enum('executor', 'local', execution.EXECUTORS,

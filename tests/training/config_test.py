@@ -110,6 +110,10 @@ class RunConfigTest(parameterized.TestCase):
         {'kappa': 0.2, 'm': 2, 'large_clients': 'first',
          'kappa_scope': 'each'})
 
+  def test_default_width_step_is_the_benchmarks(self):
+    self.assertEqual(config_lib.RunConfig.width_step, 0.01)
+    self.assertLen(self._config(p_min=0.1).width_grid(), 91)
+
 
 class CheckOrSaveTest(parameterized.TestCase):
 

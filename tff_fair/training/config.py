@@ -127,11 +127,22 @@ class RunConfig:
     attack_scale: Update multiplier of 'model_replacement'.
     p_min / p_max: Aequa's width range (0 < p_min <= p_max <= 1).
     widths_per_step: Aequa: widths sampled per local step besides the full.
-    width_step: Aequa: spacing of the width-accuracy curve's widths.
+    width_step: Aequa: spacing of the width-accuracy curve's widths. The
+      default 0.01 is the benchmark's: with 0.05 a steep curve leaves jumps
+      between neighbouring widths (0.595 -> 0.819 between widths 0.3 and
+      0.35 on MNIST, Dirichlet(0.3), 15 clients) that no allocation can
+      bridge, so gains spread more. Allocation on the finer grid stays
+      cheap; the curve costs one evaluation of the held-out set per width.
     allocation_solver: Aequa: 'exact' (common-target sweep) or 'annealing'.
     annealing_iterations: Iterations of the annealer (0: its default).
     contributions_file: Aequa: JSON {client_id: contribution} for every
-      client; '' measures contributions as standalone test accuracy.
+      client. '' (default): the driver measures them: each client trains a
+      model alone (`Trainer.standalone_epochs` epochs from the initial
+      weights) and its contribution is that model's accuracy on the common
+      held-out set the width-accuracy curve is measured on (the server's
+      validation set with server_held_out_examples, else all clients'
+      validation splits pooled, or their test splits pooled when there is
+      no validation data); not on the client's own test split.
   """
 
   algorithm: str = 'fedavg'
@@ -180,7 +191,7 @@ class RunConfig:
   p_min: float = 0.1
   p_max: float = 1.0
   widths_per_step: int = 1
-  width_step: float = 0.05
+  width_step: float = 0.01
   allocation_solver: str = 'exact'
   annealing_iterations: int = 0
   contributions_file: str = ''
