@@ -444,9 +444,11 @@ def label_skew(
   default); each class's examples are shuffled and split equally among its
   holders (in client order). A class held by nobody (possible only when
   num_clients is below the number of classes, or num_clients * m below it
-  for 'cyclic') is left unused: its examples belong to no client and the
-  federation never sees that class. (NIID-Bench's own code fails there, at
-  `np.array_split(..., 0)`.)
+  for 'cyclic') is left unused: its examples belong to no client, so no
+  client trains on that class (the server's held-out sets of
+  `tff_fair.data.federated`, drawn from unheld examples with the source's
+  class shares, may still contain it). NIID-Bench's own code fails there,
+  at `np.array_split(..., 0)`.
 
   Args:
     labels: Class id per example (1-D ints).
