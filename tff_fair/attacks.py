@@ -31,6 +31,11 @@ RANDOM_UPDATES = 'random_updates'
 MODEL_REPLACEMENT = 'model_replacement'
 ATTACKS = (NONE, LABEL_POISONING, RANDOM_UPDATES, MODEL_REPLACEMENT)
 
+# Streams folded into a client's seed (`client_seed`), one per use, so the
+# draws of different uses never share a seed.
+WIDTH_STREAM = 1  # Aequa's sampled widths.
+NOISE_STREAM = 2  # A2's noise.
+
 # Codes carried into TFF computations (update attacks only).
 # (A1 is applied to data, so inside TFF it is 'no update attack'.)
 _UPDATE_ATTACK_CODES = {NONE: 0, LABEL_POISONING: 0, RANDOM_UPDATES: 1,
@@ -109,6 +114,29 @@ def attack_spec(
   )
 
 
+def client_seed(seed, stream: int, index):
+  """A seed for draw `index` of `stream` of one client, from its spec seed.
+
+  Folds `stream`, then `index`, into the client's seed (int32[2], `[round
+  seed, client index]` as the driver sends it) with
+  `tf.random.experimental.stateless_fold_in`, which hashes the seed it
+  receives. Adding offsets to the seed instead would make draws collide:
+  `[s, i] + [0, k]` is client i's draw k and client i + 1's draw k - 1.
+
+  Args:
+    seed: The client's seed, an int32[2] tensor.
+    stream: `WIDTH_STREAM`, `NOISE_STREAM`, ...
+    index: The draw's index within the stream (e.g. the local step), an
+      int32 scalar.
+
+  Returns:
+    An int32[2] seed for `tf.random.stateless_*`.
+  """
+  fold_in = tf.random.experimental.stateless_fold_in
+  return fold_in(fold_in(seed, tf.constant(stream, tf.int32)),
+                 tf.cast(index, tf.int32))
+
+
 def attack_spec_type() -> collections.OrderedDict:
   return collections.OrderedDict(
       kind=tf.TensorSpec([], tf.int32),
@@ -133,7 +161,8 @@ def apply_update_attack(update, spec):
   def noise():
     return [
         tf.random.stateless_normal(
-            tf.shape(t), seed=spec['seed'] + [0, 7919 * i], dtype=t.dtype
+            tf.shape(t), seed=client_seed(spec['seed'], NOISE_STREAM, i),
+            dtype=t.dtype
         ) * tf.math.reduce_std(t)
         for i, t in enumerate(tensors)
     ]

@@ -43,6 +43,44 @@ def _train(process, rounds):
   return process.get_model_weights(state)
 
 
+class WidthDrawsTest(tf.test.TestCase):
+
+  def test_widths_in_range_vary_by_step_and_differ_across_clients(self):
+    p_min, p_max, clients, steps = 0.2, 0.9, 12, 12
+    round_seed = 1234
+    draws = np.array([[
+        aequa.sample_widths(tf.constant([round_seed, client], tf.int32),
+                            tf.constant(step, tf.int32), p_min, p_max,
+                            3).numpy()
+        for step in range(steps)] for client in range(clients)])
+    self.assertEqual(draws.shape, (clients, steps, 3))
+    self.assertTrue(np.all(draws >= p_min))
+    self.assertTrue(np.all(draws < p_max))
+    # Every (client, step) pair draws its own widths. Seeds [round seed,
+    # client] + [0, step] made client i at step k repeat client i + 1 at
+    # step k - 1, so most of these 432 values came in duplicate.
+    self.assertLen(np.unique(draws), draws.size)
+    np.testing.assert_array_equal(
+        np.isclose(draws[1:, :-1], draws[:-1, 1:]).all(axis=-1),
+        np.zeros((clients - 1, steps - 1), bool))
+    # They cover the range, and each client's vary from step to step.
+    self.assertLess(draws.min(), p_min + 0.05)
+    self.assertGreater(draws.max(), p_max - 0.05)
+    self.assertGreater(draws[:, :, 0].std(axis=1).min(), 0.05)
+    # Same seed, same widths.
+    again = aequa.sample_widths(tf.constant([round_seed, 5], tf.int32),
+                                tf.constant(7, tf.int32), p_min, p_max, 3)
+    np.testing.assert_array_equal(again.numpy(), draws[5, 7])
+
+  def test_width_and_noise_streams_are_independent(self):
+    seed = tf.constant([99, 3], tf.int32)
+    seeds = {(stream, index): tuple(
+        attacks.client_seed(seed, stream, index).numpy().tolist())
+             for stream in (attacks.WIDTH_STREAM, attacks.NOISE_STREAM)
+             for index in range(20)}
+    self.assertLen(set(seeds.values()), len(seeds))
+
+
 class AequaTest(tff_test_utils.TffTestCase):
 
   def test_sandwich_training_makes_every_width_useful(self):

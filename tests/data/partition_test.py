@@ -163,14 +163,60 @@ class DirichletTest(parameterized.TestCase):
 
 class QuantitySkewTest(parameterized.TestCase):
 
-  def test_large_clients_hold_kappa(self):
+  def test_large_clients_hold_kappa_together(self):
     labels = _labels(n=10000)
     clients = p.quantity_skew(labels, 10, kappa=0.75, m=2, seed=0)
     sizes = np.array([len(c) for c in clients])
-    self.assertEqual(int(sizes[:2].sum()), 7500)
-    self.assertLessEqual(int(sizes[:2].max() - sizes[:2].min()), 1)
-    self.assertLessEqual(int(sizes[2:].max() - sizes[2:].min()), 1)
-    self.assertEqual(int(sizes[2:].sum()), 2500)
+    large = sizes > 1000
+    self.assertEqual(int(large.sum()), 2)
+    self.assertEqual(int(sizes[large].sum()), 7500)
+    self.assertLessEqual(int(sizes[large].max() - sizes[large].min()), 1)
+    self.assertLessEqual(int(sizes[~large].max() - sizes[~large].min()), 1)
+    self.assertEqual(int(sizes[~large].sum()), 2500)
+
+  def test_kappa_for_each_large_client(self):
+    labels = _labels(n=10000)
+    clients = p.quantity_skew(labels, 10, kappa=0.3, m=2, seed=0,
+                              kappa_scope='each')
+    sizes = np.array([len(c) for c in clients])
+    self.assertEqual(sorted(sizes[sizes > 1000].tolist()), [3000, 3000])
+    self.assertEqual(sorted(set(sizes[sizes <= 1000].tolist())), [500])
+    self.assertEqual(int(sizes.sum()), 10000)
+
+  def test_kappa_for_each_needs_room(self):
+    with self.assertRaisesRegex(
+        p.PartitionError, r"m \* kappa = 1.2 must be below 1.*'shared'"):
+      p.quantity_skew(_labels(), 10, kappa=0.4, m=3, seed=0,
+                      kappa_scope='each')
+
+  def test_large_clients_are_drawn_at_random(self):
+    labels = _labels(n=10000)
+    large_sets = set()
+    for seed in range(8):
+      clients = p.quantity_skew(labels, 10, kappa=0.5, m=3, seed=seed)
+      sizes = np.array([len(c) for c in clients])
+      large = tuple(np.flatnonzero(sizes > 1000).tolist())
+      self.assertLen(large, 3)
+      large_sets.add(large)
+      again = p.quantity_skew(labels, 10, kappa=0.5, m=3, seed=seed)
+      for a, b in zip(clients, again):
+        np.testing.assert_array_equal(a, b)
+    # Not always the first m: 8 seeds give several different sets.
+    self.assertGreater(len(large_sets), 4)
+
+  def test_first_rule_keeps_the_earlier_partition(self):
+    labels = _labels(n=1000)
+    first = p.quantity_skew(labels, 5, kappa=0.6, m=2, seed=3,
+                            large_clients='first')
+    self.assertEqual([len(c) for c in first], [300, 300, 134, 133, 133])
+    # The same split of the data as the random rule, in another order.
+    random = p.quantity_skew(labels, 5, kappa=0.6, m=2, seed=3)
+    self.assertCountEqual([tuple(c) for c in first],
+                          [tuple(c) for c in random])
+    # And what tff_fair gave before the rule existed (first m large).
+    order = np.random.default_rng(3).permutation(1000)
+    np.testing.assert_array_equal(first[0], np.sort(order[:300]))
+    np.testing.assert_array_equal(first[4], np.sort(order[867:]))
 
   def test_labels_stay_iid(self):
     labels = _labels(n=20000)
@@ -190,6 +236,12 @@ class QuantitySkewTest(parameterized.TestCase):
     with self.assertRaisesRegex(p.PartitionError, '1 <= m < num_clients=10'):
       p.quantity_skew(_labels(), 10, kappa=0.5, m=m, seed=0)
 
+  @parameterized.parameters(dict(large_clients='last'),
+                            dict(kappa_scope='all'))
+  def test_bad_rules(self, **rule):
+    with self.assertRaisesRegex(p.PartitionError, 'must be one of'):
+      p.quantity_skew(_labels(), 10, kappa=0.5, m=2, seed=0, **rule)
+
   def test_too_little_data_for_small_clients(self):
     with self.assertRaisesRegex(p.PartitionError, 'some would be empty'):
       p.quantity_skew(_labels(n=20), 10, kappa=0.9, m=1, seed=0)
@@ -197,35 +249,94 @@ class QuantitySkewTest(parameterized.TestCase):
 
 class LabelSkewTest(parameterized.TestCase):
 
-  @parameterized.parameters((10, 1), (10, 2), (7, 3), (20, 2), (4, 10))
-  def test_each_client_exactly_m_classes(self, num_clients, m):
+  @parameterized.product(
+      clients_and_m=[(10, 1), (10, 2), (7, 3), (20, 2), (4, 10), (3, 2)],
+      rule=['niid_bench', 'cyclic'])
+  def test_each_client_exactly_m_classes(self, clients_and_m, rule):
+    num_clients, m = clients_and_m
     labels = _labels()
-    clients = p.label_skew(labels, num_clients, m, seed=0)
+    clients = p.label_skew(labels, num_clients, m, seed=0, rule=rule)
     held = [set(np.unique(labels[c])) for c in clients]
     self.assertTrue(all(len(h) == m for h in held))
-    # num_clients * m >= 10 in every case: every class is held.
-    self.assertEqual(set.union(*held), set(range(_NUM_CLASSES)))
-    # All examples of held classes are used.
-    self.assertEqual(sum(len(c) for c in clients), len(labels))
+    union = set.union(*held)
+    if num_clients >= _NUM_CLASSES or num_clients * m >= _NUM_CLASSES and (
+        rule == 'cyclic'):
+      self.assertEqual(union, set(range(_NUM_CLASSES)))
+    if rule == 'niid_bench':  # Client i holds class i mod 10.
+      self.assertTrue(all(i % _NUM_CLASSES in h for i, h in enumerate(held)))
+    # Every example of a held class is used; the others are not.
+    self.assertEqual(sum(len(c) for c in clients),
+                     int(np.isin(labels, list(union)).sum()))
 
-  def test_class_split_equally_among_holders(self):
+  def test_niid_bench_class_sets_overlap(self):
+    # 10 classes, m = 2, 20 clients. The cyclic rule gives 5 disjoint pairs
+    # (each held by 4 clients); NIID-Bench's draws give many overlapping
+    # pairs.
+    cyclic = [tuple(a) for a in p.label_skew_assignment(10, 20, 2, seed=0,
+                                                        rule='cyclic')]
+    self.assertLen(set(cyclic), 5)
+    self.assertLen(set(np.concatenate(cyclic)), 10)  # Disjoint blocks.
+    for seed in range(5):
+      pairs = [tuple(a) for a in p.label_skew_assignment(10, 20, 2, seed)]
+      self.assertGreater(len(set(pairs)), 10)
+      overlapping = [(a, b) for a in set(pairs) for b in set(pairs)
+                     if a < b and len(set(a) & set(b)) == 1]
+      self.assertNotEmpty(overlapping)
+
+  def test_niid_bench_draws_the_other_classes_uniformly(self):
+    # Over many clients, each class other than i mod 10 is client i's
+    # second class about equally often (1 / 9 each).
+    assignment = p.label_skew_assignment(10, 9000, 2, seed=1)
+    second = np.array([[c for c in a if c != i % 10][0]
+                       for i, a in enumerate(assignment)])
+    first = np.arange(9000) % 10
+    offsets = (second - first) % 10
+    counts = np.bincount(offsets, minlength=10)
+    self.assertEqual(int(counts[0]), 0)
+    np.testing.assert_allclose(counts[1:] / 9000, np.full(9, 1 / 9),
+                               atol=0.02)
+    again = p.label_skew_assignment(10, 9000, 2, seed=1)
+    other = p.label_skew_assignment(10, 9000, 2, seed=2)
+    self.assertTrue(all(np.array_equal(a, b)
+                        for a, b in zip(assignment, again)))
+    self.assertFalse(all(np.array_equal(a, b)
+                         for a, b in zip(assignment, other)))
+
+  @parameterized.parameters('niid_bench', 'cyclic')
+  def test_class_split_equally_among_holders(self, rule):
     labels = _labels()
-    clients = p.label_skew(labels, 20, 2, seed=0)
+    clients = p.label_skew(labels, 20, 2, seed=0, rule=rule)
     counts = _class_counts(labels, clients)
     for c in range(_NUM_CLASSES):
       holders = counts[:, c][counts[:, c] > 0]
       self.assertLessEqual(int(holders.max() - holders.min()), 1)
-    # Holder counts are balanced too: 20 * 2 / 10 = 4 per class.
-    np.testing.assert_array_equal((counts > 0).sum(axis=0), [4] * 10)
+    holder_counts = (counts > 0).sum(axis=0)
+    self.assertEqual(int(holder_counts.sum()), 40)
+    if rule == 'cyclic':  # Balanced: 20 * 2 / 10 = 4 per class.
+      np.testing.assert_array_equal(holder_counts, [4] * 10)
+    else:  # Two guaranteed holders (i mod 10), plus random ones.
+      self.assertGreaterEqual(int(holder_counts.min()), 2)
+      self.assertGreater(int(holder_counts.max() - holder_counts.min()), 0)
 
-  def test_unheld_classes_unused(self):
+  @parameterized.parameters('niid_bench', 'cyclic')
+  def test_unheld_classes_unused(self, rule):
     labels = _labels()
-    clients = p.label_skew(labels, 3, 2, seed=0)  # 6 of 10 classes held.
+    clients = p.label_skew(labels, 3, 2, seed=0, rule=rule)  # <= 6 held.
     held = set.union(*[set(np.unique(labels[c])) for c in clients])
-    self.assertLen(held, 6)
+    self.assertBetween(len(held), 3, 6)
+    if rule == 'niid_bench':
+      self.assertContainsSubset({0, 1, 2}, held)
     self.assertEqual(
         sum(len(c) for c in clients), int(np.isin(labels, list(held)).sum())
     )
+
+  def test_cyclic_rule_keeps_the_earlier_partition(self):
+    # What tff_fair gave before NIID-Bench's rule became the default.
+    assignment = p.label_skew_assignment(5, 4, 2, seed=0, rule='cyclic')
+    order = np.random.default_rng(0).permutation(5)
+    expected = [np.sort(order[(2 * i + np.arange(2)) % 5]) for i in range(4)]
+    for a, b in zip(assignment, expected):
+      np.testing.assert_array_equal(a, b)
 
   def test_m_larger_than_classes(self):
     with self.assertRaisesRegex(
@@ -233,16 +344,24 @@ class LabelSkewTest(parameterized.TestCase):
     ):
       p.label_skew(_labels(), 5, 11, seed=0)
 
+  def test_bad_rule(self):
+    with self.assertRaisesRegex(p.PartitionError,
+                                'rule must be one of niid_bench, cyclic'):
+      p.label_skew(_labels(), 5, 2, seed=0, rule='shards')
+
   def test_class_with_too_few_examples(self):
     labels = np.array([0] * 50 + [1])
     with self.assertRaisesRegex(p.PartitionError, 'Class 1 has 1 examples'):
       p.label_skew(labels, 4, 2, seed=0)
 
-  def test_assignment_scheme(self):
-    assignment = p.label_skew_assignment(5, 4, 2, seed=0)
+  @parameterized.parameters('niid_bench', 'cyclic')
+  def test_assignment_scheme(self, rule):
+    assignment = p.label_skew_assignment(5, 4, 2, seed=0, rule=rule)
     self.assertTrue(all(len(set(a)) == 2 for a in assignment))
     holders = np.bincount(np.concatenate(assignment), minlength=5)
-    self.assertLessEqual(int(holders.max() - holders.min()), 1)
+    self.assertEqual(int(holders.sum()), 8)
+    if rule == 'cyclic':
+      self.assertLessEqual(int(holders.max() - holders.min()), 1)
 
 
 class NaturalTest(parameterized.TestCase):
@@ -302,6 +421,20 @@ class DispatcherTest(absltest.TestCase):
   def test_missing_parameter(self):
     with self.assertRaisesRegex(p.PartitionError, r"missing \['kappa', 'm'\]"):
       p.partition('quantity_skew', _labels(), 5, seed=0)
+
+  def test_rules_through_dispatcher(self):
+    labels = _labels()
+    direct = p.label_skew(labels, 8, 2, seed=4, rule='cyclic')
+    dispatched = p.partition('label_skew', labels, 8, seed=4,
+                             classes_per_client=2, rule='cyclic')
+    for a, b in zip(direct, dispatched):
+      np.testing.assert_array_equal(a, b)
+    direct = p.quantity_skew(labels, 8, 0.2, 2, seed=4, large_clients='first',
+                             kappa_scope='each')
+    dispatched = p.partition('quantity_skew', labels, 8, seed=4, kappa=0.2,
+                             m=2, large_clients='first', kappa_scope='each')
+    for a, b in zip(direct, dispatched):
+      np.testing.assert_array_equal(a, b)
 
   def test_natural_needs_groups(self):
     with self.assertRaisesRegex(p.PartitionError, 'needs groups='):

@@ -90,6 +90,53 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
     for cid, metrics in global_before.items():
       self.assertEqual(metrics.accuracy, global_after[cid].accuracy)
 
+  def test_default_contributions_are_standalone_accuracy_on_held_out(self):
+    # Without --contributions_file the driver trains every client alone and
+    # measures each standalone model on the common held-out set the curve
+    # is measured on (here: the clients' validation splits pooled), not on
+    # the client's own test split. Under label skew the two differ sharply:
+    # a two-class model is good on its own test split, but on the pool it
+    # is right at most on its two classes' share of it.
+    out = self.create_tempdir().full_path
+    config = config_lib.RunConfig(
+        algorithm='aequa', dataset='digits', partition='label_skew',
+        classes_per_client=2, num_clients=4, clients_per_round=4, rounds=6,
+        batch_size=16, client_learning_rate=0.1, p_min=0.25,
+        width_step=0.25, seed=5, eval_every=0, output_dir=out)
+    trainer = driver.Trainer(driver.experiment_lib.build_experiment(config))
+    result = trainer.run()
+    self.assertEqual(set(result.evaluations),
+                     {'global', 'standalone', 'aequa'})
+    with open(os.path.join(out, 'aequa_allocation.csv')) as f:
+      contributions = {r['client']: float(r['contribution'])
+                       for r in csv.DictReader(f)}
+    data = trainer.experiment.data
+    self.assertEqual(set(contributions), set(data.client_ids))
+    pooled = [data.arrays(cid, 'validation') for cid in data.client_ids]
+    held_out = (np.concatenate([x for x, _ in pooled]),
+                np.concatenate([y for _, y in pooled]))
+    n = len(held_out[1])
+    # Measured on the n pooled validation examples.
+    values = np.array(list(contributions.values()))
+    np.testing.assert_allclose(values * n, np.round(values * n), atol=1e-6)
+    own_test = result.evaluations['standalone']
+    for cid, contribution in contributions.items():
+      classes = np.unique(data.arrays(cid, 'train')[1])
+      share = np.isin(held_out[1], classes).mean()
+      self.assertLessEqual(contribution, share + 1e-9)
+    self.assertGreater(
+        np.mean([m.accuracy for m in own_test.values()]),
+        np.mean(values) + 0.3)
+    # The same standalone models (same seeds), measured on the pool.
+    models = trainer._train_locally(
+        trainer.experiment.plain_model_spec.initial_weights(config.seed),
+        trainer.standalone_epochs(), tag=0)
+    expected = trainer._plain_evaluator.evaluate_clients(
+        models, data.client_ids, lambda _: held_out)
+    for cid, contribution in contributions.items():
+      self.assertAlmostEqual(contribution, expected[cid].accuracy,
+                             delta=1.5 / n)
+
   def test_bad_contributions(self):
     out = self.create_tempdir().full_path
     path = os.path.join(out, 'contributions.json')

@@ -6,6 +6,7 @@ import os
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from tff_fair.data import partition
 from tff_fair.data import sources
 from tff_fair.training import config as config_lib
 
@@ -55,6 +56,15 @@ class RunConfigTest(parameterized.TestCase):
        'Unknown allocation_solver'),
       ('server_held_out', dict(server_held_out_examples=-5),
        'server_held_out_examples must be >= 0'),
+      ('label_skew_rule', dict(label_skew_rule='shards'),
+       'Unknown label_skew_rule .*niid_bench, cyclic'),
+      ('quantity_large_clients', dict(quantity_large_clients='last'),
+       'Unknown quantity_large_clients .*random, first'),
+      ('kappa_scope', dict(kappa_scope='all'),
+       'Unknown kappa_scope .*shared, each'),
+      ('kappa_each', dict(partition='quantity_skew', kappa_scope='each',
+                          kappa=0.4, quantity_clients=3),
+       'kappa_scope=each .*quantity_clients=3.*kappa_scope=shared'),
   )
   def test_bad_settings(self, overrides, message):
     with self.assertRaisesRegex(config_lib.ConfigError, message):
@@ -66,6 +76,13 @@ class RunConfigTest(parameterized.TestCase):
 
   def test_dataset_names_match_the_data_layer(self):
     self.assertEqual(set(config_lib.DATASETS), set(sources.SOURCE_NAMES))
+
+  def test_partition_rules_match_the_data_layer(self):
+    self.assertEqual(config_lib.LABEL_SKEW_RULES, partition.LABEL_SKEW_RULES)
+    self.assertEqual(config_lib.QUANTITY_LARGE_CLIENTS,
+                     partition.QUANTITY_LARGE_CLIENTS)
+    self.assertEqual(config_lib.KAPPA_SCOPES,
+                     partition.QUANTITY_KAPPA_SCOPES)
 
   def test_width_grid(self):
     config = self._config(p_min=0.1, p_max=1.0, width_step=0.05)
@@ -85,10 +102,20 @@ class RunConfigTest(parameterized.TestCase):
     self.assertEqual(
         self._config(partition='label_skew',
                      classes_per_client=3).partition_params(),
-        {'classes_per_client': 3})
+        {'classes_per_client': 3, 'rule': 'niid_bench'})
+    self.assertEqual(
+        self._config(partition='quantity_skew', kappa=0.2,
+                     quantity_clients=2, quantity_large_clients='first',
+                     kappa_scope='each').partition_params(),
+        {'kappa': 0.2, 'm': 2, 'large_clients': 'first',
+         'kappa_scope': 'each'})
+
+  def test_default_width_step_is_the_benchmarks(self):
+    self.assertEqual(config_lib.RunConfig.width_step, 0.01)
+    self.assertLen(self._config(p_min=0.1).width_grid(), 91)
 
 
-class CheckOrSaveTest(absltest.TestCase):
+class CheckOrSaveTest(parameterized.TestCase):
 
   def test_first_run_saves_then_same_settings_resume(self):
     out = self.create_tempdir().full_path
@@ -132,6 +159,50 @@ class CheckOrSaveTest(absltest.TestCase):
         'validation_fraction: saved run has 0.1, this run asks 0.3'):
       config_lib.check_resumable(config_lib.RunConfig(
           output_dir=out, rounds=2, validation_fraction=0.3))
+
+  def _save_without(self, key, **settings):
+    out = self.create_tempdir().full_path
+    saved = config_lib.RunConfig(output_dir=out, **settings).to_dict()
+    del saved[key]  # As if saved before the setting existed.
+    with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
+      json.dump(saved, f)
+    return out
+
+  @parameterized.parameters(
+      ('label_skew_rule', dict(partition='label_skew'), 'cyclic'),
+      ('quantity_large_clients', dict(partition='quantity_skew'), 'first'),
+  )
+  def test_older_run_missing_a_partition_rule_keeps_the_old_rule(
+      self, key, settings, old):
+    # The default rule changed: an older run resumes only with the rule it
+    # was partitioned with, and the refusal says which.
+    out = self._save_without(key, **settings)
+    with self.assertRaisesRegex(
+        config_lib.ConfigError,
+        f"{key}: saved run has '{old}'.*predates the {key} setting.*"
+        f'--{key}={old} to resume'):
+      config_lib.check_resumable(config_lib.RunConfig(output_dir=out,
+                                                      **settings))
+    config_lib.check_resumable(config_lib.RunConfig(
+        output_dir=out, **settings, **{key: old}))
+
+  @parameterized.parameters('label_skew_rule', 'quantity_large_clients')
+  def test_partition_rule_missing_from_another_partition_is_default(self,
+                                                                    key):
+    out = self._save_without(key, partition='dirichlet')
+    config_lib.check_resumable(config_lib.RunConfig(output_dir=out))
+
+  def test_missing_kappa_scope_counts_as_shared(self):
+    out = self._save_without('kappa_scope', partition='quantity_skew',
+                             quantity_large_clients='first')
+    config_lib.check_resumable(config_lib.RunConfig(
+        output_dir=out, partition='quantity_skew',
+        quantity_large_clients='first'))
+    with self.assertRaisesRegex(config_lib.ConfigError,
+                                "kappa_scope: saved run has 'shared'"):
+      config_lib.check_resumable(config_lib.RunConfig(
+          output_dir=out, partition='quantity_skew',
+          quantity_large_clients='first', kappa_scope='each', kappa=0.2))
 
   def test_server_held_out_sets_may_change_on_resumption(self):
     out = self.create_tempdir().full_path

@@ -9,9 +9,10 @@ leaves open is documented where it is made:
   every minibatch step a client trains the full width and `widths_per_step`
   widths drawn uniformly from [p_min, p_max), summing the losses (one
   gradient step on the sum). Widths are drawn with a stateless generator
-  seeded by the per-client, per-round seed the driver sends (the `seed` of
-  the client's `tff_fair.attacks` spec) and the step index, so runs
-  reproduce. Every client trains the full width, so every coordinate is
+  (`sample_widths`) whose seed folds the step index into the per-client,
+  per-round seed the driver sends (the `seed` of the client's
+  `tff_fair.attacks` spec), so runs reproduce and no two (client, step)
+  pairs share their draws. Every client trains the full width, so every coordinate is
   trained by every client and plain (weighted) averaging applies; any
   `tff.aggregators` factory works.
 * Width-accuracy curve, allocation and metrics: `tff_fair.fairness` and the
@@ -34,6 +35,7 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_fair import attacks
 from tff_fair.algorithms import fed_avg
 from tff_fair.models import model_fns
 from tff_fair.models import slimmable
@@ -59,6 +61,27 @@ def plain_data_type(model_fn) -> tff.SequenceType:
       collections.OrderedDict(x=features, y=spec['y'])))
 
 
+def sample_widths(seed, step, p_min: float, p_max: float,
+                  count: int) -> tf.Tensor:
+  """The widths one local step trains besides the full width.
+
+  Args:
+    seed: The client's seed (int32[2]: round seed, client index).
+    step: The local step's index (int32 scalar).
+    p_min: Smallest width.
+    p_max: Upper end of the range (drawn widths are < p_max unless p_min ==
+      p_max).
+    count: Number of widths.
+
+  Returns:
+    float32[count], uniform in [p_min, p_max), drawn with a stateless
+    generator seeded by `attacks.client_seed(seed, WIDTH_STREAM, step)`.
+  """
+  return tf.random.stateless_uniform(
+      [count], seed=attacks.client_seed(seed, attacks.WIDTH_STREAM, step),
+      minval=p_min, maxval=p_max)
+
+
 def build_sandwich_loop_fn(
     p_min: float, p_max: float, widths_per_step: int
 ) -> fed_avg.TrainingLoopFn:
@@ -77,9 +100,7 @@ def build_sandwich_loop_fn(
 
       def step(state, batch):
         opt_state, steps, examples = state
-        widths = tf.random.stateless_uniform(
-            [widths_per_step], seed=seed + tf.stack([0, steps]),
-            minval=p_min, maxval=p_max)
+        widths = sample_widths(seed, steps, p_min, p_max, widths_per_step)
         with tf.GradientTape() as tape:
           output = model.forward_pass(slimmable.with_width(batch, 1.0),
                                       training=True)

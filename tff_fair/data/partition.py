@@ -16,13 +16,16 @@ partition names (`homo`, `noniid-labeldir`, `noniid-#label<m>`,
 * `homogeneous`: every class is split equally among all clients.
 * `dirichlet`: per class, client proportions ~ Dir(alpha), with NIID-Bench's
   `noniid-labeldir` balancing and minimum-size resampling.
-* `quantity_skew`: a fraction kappa of the data goes to m clients, the rest is
-  shared equally by the others; labels stay IID. This is the project's
-  reading of IAFL (ALGORITHMS.md), not NIID-Bench's Dirichlet-sized
+* `quantity_skew`: a fraction kappa of the data goes to m clients drawn at
+  random (seeded), the rest is shared equally by the others; labels stay
+  IID. By default kappa is the m clients' share together (IAFL's reading,
+  ALGORITHMS.md); `kappa_scope='each'` gives kappa to each of them (the
+  Aequa paper's wording). Not NIID-Bench's Dirichlet-sized
   `iid-diff-quantity`.
-* `label_skew`: #C=m, each client holds exactly m classes and every class is
-  split among its holders (as in NIID-Bench's `noniid-#label<m>`, with a
-  deterministic cyclic class assignment instead of NIID-Bench's random one).
+* `label_skew`: #C=m, NIID-Bench's `noniid-#label<m>`: client i holds class
+  i mod K and m - 1 other classes drawn at random (seeded), and every class
+  is split among its holders. `rule='cyclic'` keeps tff_fair's earlier rule
+  (consecutive classes around one random cycle of the classes).
 * `natural`: one client per natural group (writer, speaking role).
 
 `partition(kind, ...)` dispatches by name through the `PARTITIONS` registry
@@ -269,23 +272,41 @@ def _top_up(clients: list[np.ndarray], min_size: int) -> list[np.ndarray]:
   return clients
 
 
-def quantity_skew(
-    labels: Any, num_clients: int, kappa: float, m: int, seed: int
-) -> list[np.ndarray]:
-  """Quantity skew: a fraction kappa of the data goes to m clients.
+QUANTITY_LARGE_CLIENTS = ('random', 'first')
+QUANTITY_KAPPA_SCOPES = ('shared', 'each')
 
-  IAFL's reading: the examples are shuffled (labels stay IID), the first
-  round(kappa * N) are shared equally by clients 0..m-1 and the rest equally
-  by the other num_clients - m clients. The large clients are the first m so
-  experiments can find them; permute client order yourself if position must
-  carry no information.
+
+def quantity_skew(
+    labels: Any,
+    num_clients: int,
+    kappa: float,
+    m: int,
+    seed: int,
+    *,
+    large_clients: str = 'random',
+    kappa_scope: str = 'shared',
+) -> list[np.ndarray]:
+  """Quantity skew: a fraction kappa of the data goes to m large clients.
+
+  The examples are shuffled (labels stay IID). The large clients' share is
+  split equally among them, the rest equally among the other
+  num_clients - m clients.
 
   Args:
     labels: Class id per example (only its length matters).
     num_clients: Number of clients.
-    kappa: Fraction of the data for the m large clients, 0 < kappa < 1.
+    kappa: 0 < kappa < 1. With kappa_scope='shared' (default; IAFL's
+      reading) the m large clients hold round(kappa * N) examples
+      together; with 'each' (the Aequa paper: "kappa proportion of total
+      data points to each of the m selected participants") each of them
+      holds round(kappa * N), so m * kappa < 1 is needed.
     m: Number of large clients, 1 <= m < num_clients.
     seed: Random seed.
+    large_clients: 'random' (default): the large clients are m positions
+      drawn at random (seeded), as in the papers ("m selected
+      participants"); 'first': clients 0..m-1 (tff_fair's earlier rule; the
+      split of the data is the same, only which clients are large differs).
+    kappa_scope: 'shared' or 'each', see kappa.
 
   Returns:
     Positions per client.
@@ -308,35 +329,75 @@ def quantity_skew(
     raise PartitionError(
         f'quantity_skew needs 1 <= m < num_clients={num_clients}, got m={m!r}.'
     )
+  if large_clients not in QUANTITY_LARGE_CLIENTS:
+    raise PartitionError(
+        f'quantity_skew: large_clients must be one of'
+        f' {", ".join(QUANTITY_LARGE_CLIENTS)}, got {large_clients!r}.')
+  if kappa_scope not in QUANTITY_KAPPA_SCOPES:
+    raise PartitionError(
+        f'quantity_skew: kappa_scope must be one of'
+        f' {", ".join(QUANTITY_KAPPA_SCOPES)}, got {kappa_scope!r}.')
+  if kappa_scope == 'each' and not m * kappa < 1:
+    raise PartitionError(
+        f"quantity_skew with kappa_scope='each' gives kappa={kappa} of the"
+        f' data to each of m={m} large clients: m * kappa = {m * kappa:g}'
+        " must be below 1. Lower kappa or m, or use kappa_scope='shared'"
+        ' (kappa is then the large clients\' share together).')
   rng = np.random.default_rng(seed)
   order = rng.permutation(n)
-  num_large = int(round(kappa * n))
+  if kappa_scope == 'shared':
+    num_large = int(round(kappa * n))
+  else:
+    num_large = m * int(round(kappa * n))
   if num_large < m or n - num_large < num_clients - m:
     raise PartitionError(
-        f'kappa={kappa} gives {num_large} examples to {m} large clients and'
-        f' {n - num_large} to {num_clients - m} others: some would be empty.'
-        ' Use more data, fewer clients or a kappa closer to m / num_clients.'
+        f'kappa={kappa} ({kappa_scope}) gives {num_large} examples to {m}'
+        f' large clients and {n - num_large} to {num_clients - m} others:'
+        ' some would be empty. Use more data, fewer clients or a kappa'
+        ' closer to m / num_clients.'
     )
   large = np.array_split(order[:num_large], m)
   small = np.array_split(order[num_large:], num_clients - m)
-  return _finish([[c] for c in large + small])
+  if large_clients == 'first':
+    return _finish([[c] for c in large + small])
+  is_large = np.zeros(num_clients, bool)
+  is_large[rng.choice(num_clients, size=m, replace=False)] = True
+  large_iter, small_iter = iter(large), iter(small)
+  return _finish([[next(large_iter) if big else next(small_iter)]
+                  for big in is_large])
+
+
+LABEL_SKEW_RULES = ('niid_bench', 'cyclic')
 
 
 def label_skew_assignment(
-    num_classes: int, num_clients: int, classes_per_client: int, seed: int
+    num_classes: int,
+    num_clients: int,
+    classes_per_client: int,
+    seed: int,
+    *,
+    rule: str = 'niid_bench',
 ) -> list[np.ndarray]:
   """Class positions (0..num_classes-1) held by each client under #C=m.
 
-  Scheme: draw a random class order pi; client i holds
-  pi[(i * m + j) mod C] for j < m. The m classes of a client are consecutive
-  modulo C, hence distinct; the clients walk round the cycle, so every class
-  is held when num_clients * m >= C and holder counts differ by at most one.
+  'niid_bench' (default; NIID-Bench's `noniid-#label<m>`, which IAFL and
+  Aequa use): client i holds class i mod C and m - 1 further distinct
+  classes drawn uniformly at random from the other C - 1 (one seeded
+  generator, clients in order). Class sets overlap at random; every class
+  is held when num_clients >= C, and holder counts vary.
+
+  'cyclic' (tff_fair's earlier rule, kept for runs made with it): draw a
+  random class order pi; client i holds pi[(i * m + j) mod C] for j < m.
+  Every class is held when num_clients * m >= C and holder counts differ
+  by at most one, but when m divides C the clients fall into C / m
+  identical, disjoint blocks (10 classes, m = 2: only 5 distinct pairs).
 
   Args:
     num_classes: Number of classes C.
     num_clients: Number of clients.
     classes_per_client: m, 1 <= m <= C.
     seed: Random seed.
+    rule: 'niid_bench' or 'cyclic'.
 
   Returns:
     Sorted class positions per client.
@@ -346,30 +407,55 @@ def label_skew_assignment(
         f'label_skew needs 1 <= classes_per_client <= {num_classes} (the'
         f' number of classes present), got {classes_per_client}.'
     )
-  order = np.random.default_rng(seed).permutation(num_classes)
-  return [
-      np.sort(
-          order[(i * classes_per_client + np.arange(classes_per_client))
-                % num_classes]
-      )
-      for i in range(num_clients)
-  ]  # pyformat: disable
+  if rule not in LABEL_SKEW_RULES:
+    raise PartitionError(
+        f'label_skew: rule must be one of {", ".join(LABEL_SKEW_RULES)}, got'
+        f' {rule!r}.')
+  rng = np.random.default_rng(seed)
+  if rule == 'cyclic':
+    order = rng.permutation(num_classes)
+    return [
+        np.sort(
+            order[(i * classes_per_client + np.arange(classes_per_client))
+                  % num_classes]
+        )
+        for i in range(num_clients)
+    ]  # pyformat: disable
+  assignment = []
+  for i in range(num_clients):
+    first = i % num_classes
+    others = np.delete(np.arange(num_classes), first)
+    drawn = rng.choice(others, size=classes_per_client - 1, replace=False)
+    assignment.append(np.sort(np.append(drawn, first)).astype(np.int64))
+  return assignment
 
 
 def label_skew(
-    labels: Any, num_clients: int, classes_per_client: int, seed: int
+    labels: Any,
+    num_clients: int,
+    classes_per_client: int,
+    seed: int,
+    *,
+    rule: str = 'niid_bench',
 ) -> list[np.ndarray]:
   """Label skew #C=m: each client holds exactly m distinct classes.
 
-  Classes are assigned with `label_skew_assignment`; each class's examples
-  are shuffled and split equally among its holders. Classes held by nobody
-  (only when num_clients * m < number of classes) are left unused.
+  Classes are assigned with `label_skew_assignment` (NIID-Bench's rule by
+  default); each class's examples are shuffled and split equally among its
+  holders (in client order). A class held by nobody (possible only when
+  num_clients is below the number of classes, or num_clients * m below it
+  for 'cyclic') is left unused: its examples belong to no client, so no
+  client trains on that class (the server's held-out sets of
+  `tff_fair.data.federated`, drawn from unheld examples with the source's
+  class shares, may still contain it). NIID-Bench's own code fails there,
+  at `np.array_split(..., 0)`.
 
   Args:
     labels: Class id per example (1-D ints).
     num_clients: Number of clients.
     classes_per_client: m, at most the number of classes present.
     seed: Random seed.
+    rule: 'niid_bench' or 'cyclic' (see `label_skew_assignment`).
 
   Returns:
     Positions per client.
@@ -387,7 +473,7 @@ def label_skew(
   classes = list(class_indices)
   assignment = label_skew_assignment(
       len(classes), num_clients, int(classes_per_client),
-      int(rng.integers(2**31)),
+      int(rng.integers(2**31)), rule=rule,
   )  # pyformat: disable
   holders = {c: [] for c in range(len(classes))}
   for client, held in enumerate(assignment):
@@ -490,10 +576,15 @@ PARTITIONS: Mapping[str, PartitionSpec] = {
         optional=('min_size', 'max_attempts', 'top_up'),
         requires_class_labels=True,
     ),
-    'quantity_skew': PartitionSpec(quantity_skew, required=('kappa', 'm')),
+    'quantity_skew': PartitionSpec(
+        quantity_skew,
+        required=('kappa', 'm'),
+        optional=('large_clients', 'kappa_scope'),
+    ),
     'label_skew': PartitionSpec(
         label_skew,
         required=('classes_per_client',),
+        optional=('rule',),
         requires_class_labels=True,
     ),
     'natural': PartitionSpec(natural, optional=('choose',)),
