@@ -90,18 +90,23 @@ flags.DEFINE_integer('server_held_out_examples', 0,
 flags.DEFINE_integer('rounds', _DEFAULTS.rounds, 'Federated rounds.')
 flags.DEFINE_integer('local_epochs', _DEFAULTS.local_epochs,
                      'Client epochs per round.')
-flags.DEFINE_integer('batch_size', _DEFAULTS.batch_size, 'Batch size.')
+flags.DEFINE_integer(
+    'batch_size', 0, 'Batch size (0: the data set\'s: '
+    + config_lib.dataset_defaults_help('batch_size') + ').')
 flags.DEFINE_enum('client_optimizer', _DEFAULTS.client_optimizer,
                   config_lib.OPTIMIZERS, 'Client optimizer.')
-flags.DEFINE_float('client_learning_rate', _DEFAULTS.client_learning_rate,
-                   'Client learning rate.')
+flags.DEFINE_float(
+    'client_learning_rate', 0.0, 'Client learning rate (0: the data set\'s:'
+    ' ' + config_lib.dataset_defaults_help('client_learning_rate') + ').')
 flags.DEFINE_enum('server_optimizer', _DEFAULTS.server_optimizer,
                   config_lib.OPTIMIZERS, 'Server optimizer.')
 flags.DEFINE_float('server_learning_rate', _DEFAULTS.server_learning_rate,
                    'Server learning rate.')
 flags.DEFINE_integer('finetune_epochs', _DEFAULTS.finetune_epochs,
                      'fedavg_ft: local fine-tuning epochs.')
-flags.DEFINE_string('model', '', 'Architecture (default: per data set).')
+flags.DEFINE_string(
+    'model', '', 'Architecture (default: the data set\'s: '
+    + config_lib.dataset_defaults_help('model') + ').')
 flags.DEFINE_integer('eval_every', _DEFAULTS.eval_every,
                      'Evaluate every client every N rounds (0: at the end).')
 flags.DEFINE_integer('seed', _DEFAULTS.seed, 'Random seed.')
@@ -123,8 +128,9 @@ flags.DEFINE_integer('personal_epochs', _DEFAULTS.personal_epochs,
                      'ditto: personal epochs per round (sequential).')
 flags.DEFINE_enum('personal_optimizer', _DEFAULTS.personal_optimizer,
                   config_lib.OPTIMIZERS, 'ditto: personal optimizer.')
-flags.DEFINE_float('personal_learning_rate', _DEFAULTS.personal_learning_rate,
-                   'ditto: personal learning rate.')
+flags.DEFINE_float('personal_learning_rate', 0.0,
+                   'ditto: personal learning rate (0: the client learning'
+                   ' rate).')
 flags.DEFINE_enum('attack', _DEFAULTS.attack, config_lib.ATTACKS,
                   'Byzantine attack of the malicious clients.')
 flags.DEFINE_float('malicious_fraction', _DEFAULTS.malicious_fraction,

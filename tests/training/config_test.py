@@ -218,5 +218,35 @@ class CheckOrSaveTest(parameterized.TestCase):
       config_lib.check_resumable(config_lib.RunConfig(output_dir=out))
 
 
+
+class DatasetDefaultsTest(absltest.TestCase):
+
+  def test_unset_rates_and_batch_come_from_the_data_set(self):
+    config = config_lib.RunConfig(dataset='shakespeare', output_dir='x')
+    self.assertEqual(config.batch_size, 4)
+    self.assertEqual(config.client_learning_rate, 1.0)
+    self.assertEqual(config.personal_learning_rate, 1.0)
+    config = config_lib.RunConfig(dataset='fashion_mnist', output_dir='x')
+    self.assertEqual((config.batch_size, config.client_learning_rate),
+                     (32, 0.05))
+    # What config.json records, and so what a resume is checked against.
+    self.assertEqual(config.to_dict()['client_learning_rate'], 0.05)
+
+  def test_explicit_values_win(self):
+    config = config_lib.RunConfig(
+        dataset='shakespeare', batch_size=16, client_learning_rate=0.5,
+        personal_learning_rate=0.1, output_dir='x')
+    self.assertEqual((config.batch_size, config.client_learning_rate,
+                      config.personal_learning_rate), (16, 0.5, 0.1))
+
+  def test_personal_rate_follows_an_explicit_client_rate(self):
+    config = config_lib.RunConfig(dataset='digits', client_learning_rate=0.3,
+                                  output_dir='x')
+    self.assertEqual(config.personal_learning_rate, 0.3)
+
+  def test_every_data_set_has_defaults(self):
+    self.assertCountEqual(config_lib.DATASET_DEFAULTS, config_lib.DATASETS)
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -31,6 +31,42 @@ ATTACKS = ('none', 'label_poisoning', 'random_updates', 'model_replacement')
 DATASETS = ('fashion_mnist', 'mnist', 'cifar10', 'femnist', 'shakespeare',
             'sst2', 'digits')
 
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetDefaults:
+  """What a run on one data set gets for the settings left unset.
+
+  Chosen so a few rounds on a small subset clearly beat chance
+  (tests/training/defaults_learn_test.py) and by the literature's settings:
+  TFF's and LEAF's character LSTM trains by SGD at a learning rate near 1
+  on small batches; a 62-class FEMNIST LeNet and the 8x8 digits learn too
+  slowly at 0.05; SST-2's text CNN (embeddings) needs a high rate.
+  """
+
+  model: str
+  client_learning_rate: float
+  batch_size: int
+
+
+DATASET_DEFAULTS = {
+    'fashion_mnist': DatasetDefaults('lenet', 0.05, 32),
+    'mnist': DatasetDefaults('lenet', 0.05, 32),
+    'digits': DatasetDefaults('lenet', 0.1, 32),
+    'femnist': DatasetDefaults('lenet', 0.1, 32),
+    'cifar10': DatasetDefaults('cifar_cnn', 0.05, 32),
+    'sst2': DatasetDefaults('text_cnn', 1.0, 32),
+    'shakespeare': DatasetDefaults('char_lstm', 1.0, 4),
+}
+
+
+
+def dataset_defaults_help(field: str) -> str:
+  """'fashion_mnist 0.05, mnist 0.05, ...': one `DatasetDefaults` field."""
+  return ', '.join(f'{name} {getattr(defaults, field)}'
+                   for name, defaults in DATASET_DEFAULTS.items())
+
+
 # Settings that may change between a run and its resumption.
 # Aequa's reward settings act after training, so they may change too.
 RESUMABLE_FIELDS = frozenset({
@@ -66,9 +102,10 @@ class RunConfig:
     clients_per_round: Clients sampled uniformly each round (<= num_clients).
     rounds: Federated rounds.
     local_epochs: Client epochs per round.
-    batch_size: Client batch size.
+    batch_size: Client batch size (0: the data set's, `DATASET_DEFAULTS`).
     client_optimizer / server_optimizer: One of `OPTIMIZERS`.
-    client_learning_rate / server_learning_rate: Their learning rates.
+    client_learning_rate / server_learning_rate: Their learning rates (a
+      client rate of 0: the data set's, `DATASET_DEFAULTS`).
     seed: Seeds partition, initial model, client sampling and shuffling.
     output_dir: Checkpoints, releases and the final tables go here.
     model: Architecture name; '' picks the data set's default.
@@ -121,7 +158,8 @@ class RunConfig:
       from w^t) or 'interleaved' (one personal step per global step, on the
       same batches, as in the reference code).
     personal_epochs: Personal-model epochs per round (sequential variant).
-    personal_optimizer / personal_learning_rate: Personal-model optimizer.
+    personal_optimizer / personal_learning_rate: Personal-model optimizer
+      (a rate of 0: the client learning rate).
     attack: One of `ATTACKS` (tff_fair.attacks).
     malicious_fraction: Fraction of clients that attack.
     attack_scale: Update multiplier of 'model_replacement'.
@@ -155,9 +193,9 @@ class RunConfig:
   clients_per_round: int = 10
   rounds: int = 5
   local_epochs: int = 1
-  batch_size: int = 32
+  batch_size: int = 0
   client_optimizer: str = 'sgd'
-  client_learning_rate: float = 0.05
+  client_learning_rate: float = 0.0
   server_optimizer: str = 'sgd'
   server_learning_rate: float = 1.0
   seed: int = 0
@@ -187,7 +225,7 @@ class RunConfig:
   ditto_variant: str = 'sequential'
   personal_epochs: int = 1
   personal_optimizer: str = 'sgd'
-  personal_learning_rate: float = 0.05
+  personal_learning_rate: float = 0.0
   attack: str = 'none'
   malicious_fraction: float = 0.0
   attack_scale: float = 10.0
@@ -200,6 +238,11 @@ class RunConfig:
   contributions_file: str = ''
 
   def __post_init__(self):
+    if self.dataset not in DATASETS:
+      raise ConfigError(
+          f'Unknown dataset {self.dataset!r}; choose one of'
+          f' {", ".join(DATASETS)}.')
+    self._resolve_defaults()
     _check_choice('algorithm', self.algorithm, ALGORITHMS)
     _check_choice('partition', self.partition, PARTITIONS)
     _check_choice('client_optimizer', self.client_optimizer, OPTIMIZERS)
@@ -300,12 +343,24 @@ class RunConfig:
       raise ConfigError(
           'dp_noise_multiplier must be >= 0, got'
           f' {self.dp_noise_multiplier}.')
-    if self.dataset not in DATASETS:
-      raise ConfigError(
-          f'Unknown dataset {self.dataset!r}; choose one of'
-          f' {", ".join(DATASETS)}.')
     if not self.output_dir:
       raise ConfigError('output_dir is required (checkpoints go there).')
+
+  def _resolve_defaults(self) -> None:
+    """Fills the settings left at 0 from the data set's defaults.
+
+    The resolved values are what config.json records, so a resumed run is
+    checked against the rates it really used.
+    """
+    defaults = DATASET_DEFAULTS[self.dataset]
+    if self.batch_size == 0:
+      object.__setattr__(self, 'batch_size', defaults.batch_size)
+    if self.client_learning_rate == 0:
+      object.__setattr__(self, 'client_learning_rate',
+                         defaults.client_learning_rate)
+    if self.personal_learning_rate == 0:
+      object.__setattr__(self, 'personal_learning_rate',
+                         self.client_learning_rate)
 
   def width_grid(self) -> tuple[float, ...]:
     """Widths of the width-accuracy curve: p_min, p_min + step, ..., p_max."""

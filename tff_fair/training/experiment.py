@@ -18,15 +18,8 @@ from tff_fair.models import slimmable_models
 from tff_fair.training import config as config_lib
 
 # The architecture each data set uses unless --model says otherwise.
-DEFAULT_MODELS = {
-    'fashion_mnist': 'lenet',
-    'mnist': 'lenet',
-    'femnist': 'lenet',
-    'digits': 'lenet',
-    'cifar10': 'cifar_cnn',
-    'sst2': 'text_cnn',
-    'shakespeare': 'char_lstm',
-}
+DEFAULT_MODELS = {name: defaults.model for name, defaults
+                  in config_lib.DATASET_DEFAULTS.items()}
 
 
 @dataclasses.dataclass(frozen=True)
