@@ -586,6 +586,25 @@ class Trainer:
           per_client.format_table(shown))
 
 
+def prepare(
+    config: config_lib.RunConfig, *, start_over: bool = False
+) -> tuple[run_dir.Plan, experiment_lib.Experiment]:
+  """Every check `run` makes before it writes anything; writes nothing.
+
+  Args:
+    config: The run's settings (already validated by `RunConfig`).
+    start_over: As in `run`.
+
+  Returns:
+    What to do with the output directory, and the loaded experiment.
+
+  Raises:
+    errors.UserError: For a bad setting, file, data or run directory.
+  """
+  plan = run_dir.inspect(config, start_over=start_over)
+  return plan, experiment_lib.build_experiment(config)
+
+
 def run(config: config_lib.RunConfig, *, start_over: bool = False,
         checkpoint_fallback: bool = False) -> RunResult:
   """Checks everything, prepares the output directory and trains.
@@ -605,8 +624,7 @@ def run(config: config_lib.RunConfig, *, start_over: bool = False,
   Raises:
     errors.UserError: For a bad setting, file, data or run directory.
   """
-  plan = run_dir.inspect(config, start_over=start_over)
-  experiment = experiment_lib.build_experiment(config)
+  plan, experiment = prepare(config, start_over=start_over)
   # A failure from here to the first checkpoint leaves only config.json,
   # which the next start replaces (run_dir's 'unstarted').
   plan.apply()

@@ -185,8 +185,8 @@ def model_spec_for(
 
 def _describe_inputs(source: 'data_lib.Source') -> str:
   kind = 'token ids' if source.x.dtype.kind in 'iu' else 'images'
-  return (f'--dataset={source.name} has {kind} of shape'
-          f' {tuple(source.x.shape[1:])}')
+  return (f'--dataset={source.name} ({kind} of shape'
+          f' {tuple(source.x.shape[1:])})')
 
 
 def check_model_fits(
@@ -208,11 +208,11 @@ def check_model_fits(
   is_text = source.x.dtype.kind in 'iu' and source.x.ndim == 2
   if name in TEXT_MODELS and not is_text:
     raise config_lib.ConfigError(
-        f'--model={name} reads token ids (sst2, shakespeare), but'
+        f'--model={name} reads token ids (sst2, shakespeare), not'
         f' {_describe_inputs(source)}.{fix}')
   if name not in TEXT_MODELS and (is_text or source.x.ndim != 4):
     raise config_lib.ConfigError(
-        f'--model={name} reads images (height, width, channels), but'
+        f'--model={name} reads images (height, width, channels), not'
         f' {_describe_inputs(source)}.{fix}')
   if (name in SEQUENCE_MODELS) != (not source.has_class_labels):
     raise config_lib.ConfigError(
@@ -226,10 +226,13 @@ def check_model_fits(
     logits = model(tf.constant(source.x[:2]), training=False)
     model_fns.loss_fn()(tf.constant(source.y[:2]), logits)
   except (ValueError, TypeError, tf.errors.OpError) as e:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ''
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    detail = next((line for line in lines if 'dimension' in line.lower()),
+                  lines[0] if lines else '')
     raise config_lib.ConfigError(
-        f'--model={name} does not fit {_describe_inputs(source)}'
-        f' ({type(e).__name__}: {first[:200]}).{fix}') from e
+        f'--model={name} cannot read {_describe_inputs(source)}: a'
+        f' two-example forward pass fails ({type(e).__name__}:'
+        f' {detail[:200]}).{fix}') from e
 
 
 def check_splits(config: config_lib.RunConfig,
