@@ -186,7 +186,7 @@ _CASES = (
      ['no config.json', '--start_over']),
     ('checkpoint_past_rounds', {},
      lambda out, files: (_saved_config(out), _checkpoint(out, 7)),
-     ['round 7', '--rounds=2']),
+     ['round 7, past rounds=2', '--rounds=7']),
     ('checkpoints_is_a_file', {},
      lambda out, files: _write(os.path.join(out, 'checkpoints'), ''),
      ['checkpoints is a file']),

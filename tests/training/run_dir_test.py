@@ -38,7 +38,7 @@ class InspectTest(absltest.TestCase):
     config_lib.save_if_new(_config(out))
     _checkpoints(out, 0, 5)
     self.assertEqual(run_dir.inspect(_config(out)).kind, 'resume')
-    with self.assertRaisesRegex(run_dir.RunDirError, 'past --rounds=4'):
+    with self.assertRaisesRegex(run_dir.RunDirError, 'past rounds=4'):
       run_dir.inspect(config_lib.RunConfig(output_dir=out, rounds=4))
 
   def test_apply_removes_interrupted_checkpoint_writes_only(self):

@@ -34,7 +34,6 @@ from typing import Optional, TypeVar
 
 from absl import logging
 
-from tff_fair import errors
 from tff_fair.training import config as config_lib
 
 CHECKPOINTS = 'checkpoints'
@@ -54,7 +53,7 @@ _CHECKPOINT_TEMP = re.compile(rf'^{CHECKPOINT_PREFIX}\d+_temp\d+$')
 T = TypeVar('T')
 
 
-class RunDirError(errors.UserError):
+class RunDirError(config_lib.ConfigError):
   """The output directory cannot hold, or does not hold, a usable run."""
 
 
@@ -199,7 +198,7 @@ def inspect(config: config_lib.RunConfig, start_over: bool = False) -> Plan:
   if versions[-1] > config.rounds:
     raise RunDirError(
         f'{out} holds a checkpoint of round {versions[-1]}, past'
-        f' --rounds={config.rounds}; ask for at least {versions[-1]} rounds,'
+        f' rounds={config.rounds}; ask for at least --rounds={versions[-1]},'
         ' or use a new --output_dir.')
   return Plan(config, 'resume', versions)
 
