@@ -289,9 +289,12 @@ def load_checkpoint(
       continue
     if damaged:
       for _, bad, why in damaged:
-        logging.warning('Checkpoint %s is damaged (%s); renamed to'
-                        ' %s_damaged.', bad, why, bad)
-        os.replace(bad, f'{bad}_damaged')
+        target, n = f'{bad}_damaged', 1
+        while os.path.exists(target):  # Damaged before, in an earlier run.
+          target, n = f'{bad}_damaged{n}', n + 1
+        logging.warning('Checkpoint %s is damaged (%s); renamed to %s.', bad,
+                        why, target)
+        os.rename(bad, target)
       logging.warning('--checkpoint_fallback: resuming from round %d.',
                       version)
     return state, version
