@@ -67,8 +67,6 @@ class BadInputsThroughTheProgramTest(parameterized.TestCase):
       ('missing_contributions_file',
        dict(algorithm='aequa', contributions_file='/nonexistent/c.json'),
        ['Cannot read /nonexistent/c.json']),
-      ('text_model_on_images', dict(model='text_cnn'),
-       ['--model=text_cnn reads token ids']),
       ('bad_flag_value', dict(algorithm='fedfoo'),
        ['Flags parsing error', 'fedfoo']),
   )
