@@ -7,9 +7,11 @@ Example (the README's main job):
       --output_dir=runs/demo
 
 Re-running the same command after an interruption resumes from the last
-completed round. Exit status: 2 for a bad setting, data or saved state; 3
-when a remote TFF worker is unreachable or lost (restart it and re-run).
-See tff_fair/training/driver.py for the output layout.
+completed round. Exit status (`EXIT_CODES`): 2 for a bad flag, setting,
+input file, data set or saved run, reported as one message without a
+traceback before anything is written or trained; 3 when a remote TFF worker
+is unreachable or lost (restart it and re-run); 1 with a traceback for an
+internal error. See tff_fair/training/driver.py for the output layout.
 """
 
 # Before anything imports TensorFlow: keep its start-up noise off the terminal.
@@ -18,15 +20,16 @@ quiet_startup.import_tensorflow_quietly()
 
 import dataclasses
 import sys
+from typing import Optional
 
 from absl import app
 from absl import flags
 from absl import logging
 
 from tff_fair import data as data_lib
+from tff_fair import errors
 from tff_fair.runtime import execution
 from tff_fair.runtime import remote
-from tff_fair.state import client_store
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
 from tff_fair.training import log_filter
@@ -171,9 +174,45 @@ flags.DEFINE_enum('executor', 'local', execution.EXECUTORS,
                   ' workers in --workers (python -m programs.worker).')
 flags.DEFINE_string('workers', '', 'remote: host:port,... of running TFF'
                     ' workers; several split each round\'s clients.')
+flags.DEFINE_bool('start_over', False,
+                  'Discard the run saved in --output_dir (settings,'
+                  ' checkpoints, personal models, metrics, tables; other'
+                  ' files are kept) and train from round 0.')
+flags.DEFINE_bool('checkpoint_fallback', False,
+                  'If the latest checkpoint is damaged, resume from the'
+                  ' newest intact one (the damaged ones are renamed'
+                  ' *_damaged) instead of stopping.')
 flags.mark_flag_as_required('output_dir')
 
 FLAGS = flags.FLAGS
+
+# The one map from error types to exit statuses (first match wins). Every
+# error a user can fix is an `errors.UserError`; PartitionError is listed
+# for the data layer's direct callers (build_experiment wraps it).
+EXIT_CODES = (
+    (errors.UserError, 2),
+    (data_lib.PartitionError, 2),
+    (remote.WorkerUnavailableError, 3),
+)
+USAGE_EXIT_CODE = 2
+
+
+def exit_code(error: BaseException) -> Optional[int]:
+  """The exit status for `error`, or None for an internal error."""
+  for error_type, code in EXIT_CODES:
+    if isinstance(error, error_type):
+      return code
+  return None
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing, but a bad flag value exits with status 2."""
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    sys.stderr.write(f'FATAL Flags parsing error: {e}\n'
+                     'Pass --helpshort or --helpfull to see help on flags.\n')
+    sys.exit(USAGE_EXIT_CODE)
 
 
 def config_from_flags() -> config_lib.RunConfig:
@@ -186,22 +225,23 @@ def config_from_flags() -> config_lib.RunConfig:
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}',
+                         exitcode=USAGE_EXIT_CODE)
   log_filter.keep_info_logs_of_tff_fair_only()
   try:
     config = config_from_flags()
     with execution.execution_context(
         FLAGS.executor, FLAGS.workers,
         FLAGS.max_concurrent_computation_calls):
-      driver.run(config)
-  except (config_lib.ConfigError, data_lib.DataError,
-          client_store.ClientStateError, remote.ExecutorConfigError) as e:
+      driver.run(config, start_over=FLAGS.start_over,
+                 checkpoint_fallback=FLAGS.checkpoint_fallback)
+  except Exception as e:  # pylint: disable=broad-except
+    code = exit_code(e)
+    if code is None:
+      raise  # An internal error: keep its traceback.
     logging.error('%s', e)
-    sys.exit(2)
-  except remote.WorkerUnavailableError as e:
-    logging.error('%s', e)
-    sys.exit(3)
+    sys.exit(code)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

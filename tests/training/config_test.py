@@ -6,6 +6,7 @@ import os
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from tff_fair import errors
 from tff_fair.data import partition
 from tff_fair.data import sources
 from tff_fair.training import config as config_lib
@@ -83,6 +84,22 @@ class RunConfigTest(parameterized.TestCase):
                      partition.QUANTITY_LARGE_CLIENTS)
     self.assertEqual(config_lib.KAPPA_SCOPES,
                      partition.QUANTITY_KAPPA_SCOPES)
+
+  def test_model_names_match_the_model_layer(self):
+    # Imported here: the config module itself must not need TensorFlow.
+    from tff_fair.models import model_fns  # pylint: disable=g-import-not-at-top
+    from tff_fair.models import slimmable_models  # pylint: disable=g-import-not-at-top
+    self.assertEqual(config_lib.PLAIN_MODELS, model_fns.MODEL_NAMES)
+    self.assertEqual(config_lib.SLIMMABLE_MODELS,
+                     slimmable_models.MODEL_NAMES)
+
+  def test_seed_range(self):
+    self._config(seed=config_lib.MAX_SEED)
+    with self.assertRaisesRegex(config_lib.ConfigError, 'seed must be in'):
+      self._config(seed=config_lib.MAX_SEED + 1)
+
+  def test_config_errors_are_user_errors(self):
+    self.assertTrue(issubclass(config_lib.ConfigError, errors.UserError))
 
   def test_width_grid(self):
     config = self._config(p_min=0.1, p_max=1.0, width_step=0.05)

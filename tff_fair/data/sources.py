@@ -65,6 +65,8 @@ import zlib
 from absl import logging
 import numpy as np
 
+from tff_fair import errors
+
 DATA_DIR_ENV = 'TFF_FAIR_DATA_DIR'
 FASHION_MNIST_DIR_ENV = 'TFF_FAIR_FASHION_MNIST_DIR'
 CACHE_DIR_ENV = 'TFF_FAIR_CACHE_DIR'
@@ -136,7 +138,7 @@ _IDX_DTYPES = {
 }
 
 
-class DataError(ValueError):
+class DataError(errors.UserError, ValueError):
   """A data file is missing, malformed or a request cannot be satisfied."""
 
 
@@ -257,6 +259,11 @@ def resolve_data_dir(data_dir: str | None) -> str:
         ' cifar10/, femnist/, shakespeare/ and sst2/.'
     )
   root = os.path.expanduser(root)
+  if os.path.exists(root) and not os.path.isdir(root):
+    raise DataError(
+        f'Data directory {root} is a file, not a directory. Pass data_dir=...'
+        f' or set {DATA_DIR_ENV} to the directory holding the data sets.'
+    )
   if not os.path.isdir(root):
     raise DataError(
         f'Data directory {root} does not exist. Pass data_dir=... or set'

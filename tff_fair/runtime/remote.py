@@ -38,6 +38,7 @@ from absl import logging
 import grpc
 import tensorflow_federated as tff
 
+from tff_fair import errors
 from tff_fair.runtime import local
 
 # A probe must open its own connection: with the shared subchannel pool it
@@ -45,7 +46,7 @@ from tff_fair.runtime import local
 _PROBE_OPTIONS = [('grpc.use_local_subchannel_pool', 1)]
 
 
-class ExecutorConfigError(ValueError):
+class ExecutorConfigError(errors.UserError, ValueError):
   """The executor settings (e.g. --workers) are invalid."""
 
 

@@ -41,11 +41,13 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tff_fair import errors
+
 _MANIFEST_PATTERN = re.compile(r'^v(\d+)\.json$')
 _VERSION_PATTERN = re.compile(r'^v(\d+)\.npz$')
 
 
-class ClientStateError(RuntimeError):
+class ClientStateError(errors.UserError, RuntimeError):
   """A stored client state is missing, damaged or of the wrong kind."""
 
 

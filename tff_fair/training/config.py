@@ -13,6 +13,7 @@ import math
 import os
 from typing import Any, Optional
 
+from tff_fair import errors
 from tff_fair.training import files
 
 ALGORITHMS = ('fedavg', 'fedavg_ft', 'standalone', 'ditto', 'aequa')
@@ -30,6 +31,15 @@ ATTACKS = ('none', 'label_poisoning', 'random_updates', 'model_replacement')
 # The names of tff_fair.data.SOURCE_NAMES (kept here: config imports no TF).
 DATASETS = ('fashion_mnist', 'mnist', 'cifar10', 'femnist', 'shakespeare',
             'sst2', 'digits')
+# The names of tff_fair.models.model_fns.MODEL_NAMES and
+# slimmable_models.MODEL_NAMES (kept here: config imports no TF).
+PLAIN_MODELS = ('lenet', 'cifar_cnn', 'text_cnn', 'char_lstm')
+SLIMMABLE_MODELS = ('slimmable_lenet', 'slimmable_cifar_cnn',
+                    'slimmable_resnet18', 'slimmable_text_cnn')
+MODELS = PLAIN_MODELS + SLIMMABLE_MODELS
+# Layer initializers are seeded with seed * 1000 + layer (an int64): larger
+# seeds cannot be converted.
+MAX_SEED = (2**63 - 1) // 1000 - 1
 
 
 
@@ -86,7 +96,7 @@ LEGACY_VALUES = {
 }
 
 
-class ConfigError(ValueError):
+class ConfigError(errors.UserError, ValueError):
   """A setting is invalid, or disagrees with the run being resumed."""
 
 
@@ -278,6 +288,19 @@ class RunConfig:
                  'server_held_out_examples'):
       if getattr(self, name) < 0:
         raise ConfigError(f'{name} must be >= 0, got {getattr(self, name)}.')
+    if self.seed > MAX_SEED:
+      raise ConfigError(
+          f'seed must be in [0, {MAX_SEED}], got {self.seed}; pick a smaller'
+          ' seed.')
+    if self.model and self.model not in MODELS:
+      raise ConfigError(
+          f'Unknown model {self.model!r}; choose one of {", ".join(MODELS)}'
+          " (or leave --model empty for the data set's default).")
+    if self.model in SLIMMABLE_MODELS and self.algorithm != 'aequa':
+      raise ConfigError(
+          f'--model={self.model} is a slimmable architecture for'
+          f' --algorithm=aequa; with --algorithm={self.algorithm} choose one'
+          f' of {", ".join(PLAIN_MODELS)}.')
     if self.clients_per_round > self.num_clients:
       raise ConfigError(
           f'clients_per_round={self.clients_per_round} exceeds'
@@ -338,6 +361,9 @@ class RunConfig:
           'An attack needs malicious_fraction > 0, and malicious_fraction > 0'
           f' needs an attack; got attack={self.attack!r},'
           f' malicious_fraction={self.malicious_fraction}.')
+    if not math.isfinite(self.attack_scale):
+      raise ConfigError(
+          f'attack_scale must be a finite number, got {self.attack_scale}.')
     if not (math.isfinite(self.dp_noise_multiplier) and
             self.dp_noise_multiplier >= 0):
       raise ConfigError(
@@ -465,17 +491,9 @@ def check_resumable(config: RunConfig) -> Optional[dict[str, Any]]:
   Raises:
     ConfigError: If the output directory holds a run with other settings.
   """
-  path = os.path.join(config.output_dir, CONFIG_FILE)
-  if not os.path.exists(path):
+  saved = load_saved(config.output_dir)
+  if saved is None:
     return None
-  with open(path) as f:
-    try:
-      saved = json.load(f)
-    except json.JSONDecodeError as e:
-      raise ConfigError(
-          f'{path} is not valid JSON ({e}); it was not written by tff_fair'
-          ' or was damaged. Use another --output_dir.'
-      ) from e
   differences = incompatible_settings(saved, config)
   if differences:
     raise ConfigError(
@@ -486,11 +504,46 @@ def check_resumable(config: RunConfig) -> Optional[dict[str, Any]]:
   return saved
 
 
-def save_if_new(config: RunConfig) -> None:
-  """Writes `config.json` once, atomically; an existing one is kept."""
+def load_saved(output_dir: str) -> Optional[dict[str, Any]]:
+  """The settings saved in `output_dir`, or None when there are none.
+
+  Raises:
+    ConfigError: If `config.json` is unreadable or not a JSON object.
+  """
+  path = os.path.join(output_dir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      saved = json.load(f)
+  except OSError as e:
+    raise ConfigError(
+        f'{path} cannot be read ({e}); fix its permissions, or use another'
+        ' --output_dir.') from e
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ConfigError(
+        f'{path} is not valid JSON ({e}); it was not written by tff_fair'
+        ' or was damaged. Use another --output_dir.'
+    ) from e
+  if not isinstance(saved, dict):
+    raise ConfigError(
+        f'{path} holds a JSON {type(saved).__name__}, not the object of'
+        ' settings tff_fair writes; it was not written by tff_fair or was'
+        ' damaged. Use another --output_dir.')
+  return saved
+
+
+def save_if_new(config: RunConfig, replace: bool = False) -> None:
+  """Writes `config.json` atomically; an existing one is kept.
+
+  Args:
+    config: The run's settings.
+    replace: Overwrite an existing file (that of a run which never reached
+      its first checkpoint, or one the user asked to start over).
+  """
   os.makedirs(config.output_dir, exist_ok=True)
   path = os.path.join(config.output_dir, CONFIG_FILE)
-  if os.path.exists(path):
+  if os.path.exists(path) and not replace:
     return
   files.write_atomically(
       path, lambda f: json.dump(config.to_dict(), f, indent=2, sort_keys=True))

@@ -46,6 +46,7 @@ from tff_fair.training import experiment as experiment_lib
 from tff_fair.training import files
 from tff_fair.training import personal as personal_lib
 from tff_fair.training import rewards as rewards_lib
+from tff_fair.training import run_dir
 
 ClientMetrics = per_client.ClientMetrics
 
@@ -214,24 +215,37 @@ class Trainer:
       self._personal = personal_lib.PersonalModels(
           os.path.join(out, 'personal'),
           experiment.model_spec.initial_weights(config.seed), lambdas)
-    self._state_manager = tff.program.FileProgramStateManager(
-        os.path.join(out, 'checkpoints'), keep_total=3, keep_first=True)
-    self._releases = [
-        tff.program.CSVFileReleaseManager(
-            os.path.join(out, 'metrics.csv'), key_fieldname='round'),
-        tff.program.TensorBoardReleaseManager(
-            os.path.join(out, 'tensorboard')),
-    ]
+    # Created when the run starts: both create files and folders.
+    self._state_manager = None
+    self._releases = None
 
   def _initial_state(self):
     state = self.process.initialize()
     return self.process.set_model_weights(
         state, self.experiment.model_spec.initial_weights(self.config.seed))
 
-  def _restore(self):
-    """(state, round) from the latest checkpoint, or a fresh round-0 state."""
+  def _restore(self, checkpoint_fallback: bool = False):
+    """(state, round) from the latest checkpoint, or a fresh round-0 state.
+
+    A damaged latest checkpoint stops the run with its path, or with
+    `checkpoint_fallback` gives way to the newest intact one whose personal
+    models are kept (`run_dir.load_checkpoint`).
+    """
+    out = self.config.output_dir
     initial = self._initial_state()
-    state, version = asyncio.run(self._state_manager.load_latest(initial))
+    self._state_manager = tff.program.FileProgramStateManager(
+        run_dir.checkpoint_dir(out), keep_total=3, keep_first=True)
+
+    def personal_kept(version: int):
+      manifest = os.path.join(out, 'personal', 'manifests', f'v{version}.json')
+      if self._personal is None or not version or os.path.exists(manifest):
+        return None
+      return 'its personal models were not kept'
+
+    state, version = run_dir.load_checkpoint(
+        out, run_dir.checkpoint_versions(out),
+        lambda v: asyncio.run(self._state_manager.load(v, initial)),
+        fallback=checkpoint_fallback, usable=personal_kept)
     if state is None:
       asyncio.run(self._state_manager.save(initial, 0))
       state, version = initial, 0
@@ -280,16 +294,25 @@ class Trainer:
                                                     datasets)))
     return trained
 
-  def run(self) -> RunResult:
-    """Trains to `config.rounds`, resuming from the latest checkpoint."""
+  def run(self, checkpoint_fallback: bool = False) -> RunResult:
+    """Trains to `config.rounds`, resuming from the latest checkpoint.
+
+    Args:
+      checkpoint_fallback: Resume from the newest intact checkpoint when the
+        latest is damaged (see `_restore`).
+    """
     config = self.config
-    state, start_round = self._restore()
+    state, start_round = self._restore(checkpoint_fallback)
     if start_round > config.rounds:
       raise config_lib.ConfigError(
           f'{config.output_dir} holds a checkpoint of round {start_round},'
           f' past rounds={config.rounds}; ask for at least {start_round}'
           ' rounds, or use a new --output_dir.')
-    if start_round:
+    if start_round >= config.rounds and config.algorithm != 'standalone':
+      logging.info(
+          'The checkpoint of round %d in %s ends the run; re-evaluating'
+          ' only.', start_round, config.output_dir)
+    elif start_round:
       logging.info(
           'Resuming from the checkpoint of round %d in %s; continuing at'
           ' round %d of %d.', start_round, config.output_dir,
@@ -441,6 +464,14 @@ class Trainer:
 
   def _run_rounds(self, state, start_round: int):
     config = self.config
+    if self._releases is None:
+      out = config.output_dir
+      self._releases = [
+          tff.program.CSVFileReleaseManager(
+              os.path.join(out, 'metrics.csv'), key_fieldname='round'),
+          tff.program.TensorBoardReleaseManager(
+              os.path.join(out, 'tensorboard')),
+      ]
     history = []
     started = time.monotonic()
     for round_num in range(start_round + 1, config.rounds + 1):
@@ -555,13 +586,46 @@ class Trainer:
           per_client.format_table(shown))
 
 
-def run(config: config_lib.RunConfig) -> RunResult:
-  """Checks the output directory, builds the experiment and trains.
+def prepare(
+    config: config_lib.RunConfig, *, start_over: bool = False
+) -> tuple[run_dir.Plan, experiment_lib.Experiment]:
+  """Every check `run` makes before it writes anything; writes nothing.
 
-  Nothing is written to `config.output_dir` before the configuration has
-  been checked against a saved run and the data has loaded.
+  Args:
+    config: The run's settings (already validated by `RunConfig`).
+    start_over: As in `run`.
+
+  Returns:
+    What to do with the output directory, and the loaded experiment.
+
+  Raises:
+    errors.UserError: For a bad setting, file, data or run directory.
   """
-  config_lib.check_resumable(config)
-  trainer = Trainer(experiment_lib.build_experiment(config))
-  config_lib.save_if_new(config)
-  return trainer.run()
+  plan = run_dir.inspect(config, start_over=start_over)
+  return plan, experiment_lib.build_experiment(config)
+
+
+def run(config: config_lib.RunConfig, *, start_over: bool = False,
+        checkpoint_fallback: bool = False) -> RunResult:
+  """Checks everything, prepares the output directory and trains.
+
+  Nothing is written to `config.output_dir` before the settings, the output
+  directory (`run_dir.inspect`), the data, the model and the files named by
+  the settings have been checked.
+
+  Args:
+    config: The run's settings.
+    start_over: Discard a run saved in the output directory and train from
+      round 0 (instead of resuming it, or refusing a directory whose
+      checkpoints or settings are missing).
+    checkpoint_fallback: Resume from the newest intact checkpoint when the
+      latest is damaged (instead of stopping with its path).
+
+  Raises:
+    errors.UserError: For a bad setting, file, data or run directory.
+  """
+  plan, experiment = prepare(config, start_over=start_over)
+  # A failure from here to the first checkpoint leaves only config.json,
+  # which the next start replaces (run_dir's 'unstarted').
+  plan.apply()
+  return Trainer(experiment).run(checkpoint_fallback=checkpoint_fallback)

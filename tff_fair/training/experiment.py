@@ -9,10 +9,12 @@ import dataclasses
 import json
 import math
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fair import data as data_lib
+from tff_fair import errors
 from tff_fair.models import model_fns
 from tff_fair.models import slimmable_models
 from tff_fair.training import config as config_lib
@@ -20,6 +22,10 @@ from tff_fair.training import config as config_lib
 # The architecture each data set uses unless --model says otherwise.
 DEFAULT_MODELS = {name: defaults.model for name, defaults
                   in config_lib.DATASET_DEFAULTS.items()}
+# Architectures that read token ids; the others read images (H, W, C).
+TEXT_MODELS = frozenset({'text_cnn', 'char_lstm', 'slimmable_text_cnn'})
+# Architectures whose targets are a sequence (one class per position).
+SEQUENCE_MODELS = frozenset({'char_lstm'})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,18 +106,29 @@ def load_client_values(
     with open(path) as f:
       mapping = json.load(f)
   except (OSError, ValueError) as e:
-    raise config_lib.ConfigError(f'Cannot read {path}: {e}') from e
+    raise config_lib.ConfigError(
+        f'Cannot read {path} ({type(e).__name__}: {e}); it must hold a JSON'
+        f' object {{client_id: {what}}}.') from e
   if not isinstance(mapping, dict):
     raise config_lib.ConfigError(
-        f'{path} must hold a JSON object {{client_id: {what}}}.')
+        f'{path} holds a JSON {type(mapping).__name__}; it must hold a JSON'
+        f' object {{client_id: {what}}}.')
   missing = [cid for cid in client_ids if cid not in mapping]
   if missing:
     raise config_lib.ConfigError(
         f'{path} has no {what} for {len(missing)} client(s), e.g.'
         f' {", ".join(missing[:5])}; give every client a value.')
+  known = set(client_ids)
+  unknown = sorted(str(cid) for cid in mapping if cid not in known)
+  if unknown:
+    raise config_lib.ConfigError(
+        f'{path} names {len(unknown)} client(s) this run does not have, e.g.'
+        f' {", ".join(unknown[:5])}; its clients are {client_ids[0]} ..'
+        f' {client_ids[-1]}.')
   for cid in client_ids:
     value = mapping[cid]
-    if not (isinstance(value, (int, float)) and math.isfinite(value)):
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+        or not math.isfinite(value)):
       raise config_lib.ConfigError(
           f'{path}: the {what} of {cid!r} is {value!r}, not a finite number.')
   return {cid: float(mapping[cid]) for cid in client_ids}
@@ -131,6 +148,13 @@ def model_spec_for(
         f'No default model for data set {source.name!r}; pass --model.'
     )
   x_dtype = tf.int32 if source.x.dtype.kind in 'iu' else tf.float32
+  plain_name = name.removeprefix('slimmable_')
+  if not slimmable and plain_name not in model_fns.MODEL_NAMES:
+    # Only a slimmable version exists (resnet18): at full width, without a
+    # width input, it is the plain architecture.
+    spec = model_spec_for(source, name, slimmable=True)
+    return dataclasses.replace(spec, input_spec=model_fns.batched_input_spec(
+        source.x.shape[1:], x_dtype, source.y.shape[1:]))
   if slimmable:
     slim_name = f'slimmable_{name.removeprefix("slimmable_")}'
     if slim_name not in slimmable_models.MODEL_NAMES:
@@ -152,23 +176,139 @@ def model_spec_for(
   )
 
 
+def _describe_inputs(source: 'data_lib.Source') -> str:
+  kind = 'token ids' if source.x.dtype.kind in 'iu' else 'images'
+  return (f'--dataset={source.name} ({kind} of shape'
+          f' {tuple(source.x.shape[1:])})')
+
+
+def check_model_fits(
+    config: config_lib.RunConfig, source: 'data_lib.Source',
+    spec: model_fns.ModelSpec,
+) -> None:
+  """Refuses an architecture that cannot read the data set's examples.
+
+  Rules first (text models read token ids, image models images; only
+  sequence models take sequence targets), then a forward pass and the loss
+  on two examples, which catches any other mismatch (e.g. an input too small
+  for the architecture's pooling) before anything is traced or written.
+
+  Raises:
+    ConfigError: Naming --model and --dataset.
+  """
+  name = config.model or DEFAULT_MODELS.get(source.name, '')
+  fix = ' Choose another --model, or leave it empty for the default.'
+  is_text = source.x.dtype.kind in 'iu' and source.x.ndim == 2
+  if name in TEXT_MODELS and not is_text:
+    raise config_lib.ConfigError(
+        f'--model={name} reads token ids (sst2, shakespeare), not'
+        f' {_describe_inputs(source)}.{fix}')
+  if name not in TEXT_MODELS and (is_text or source.x.ndim != 4):
+    raise config_lib.ConfigError(
+        f'--model={name} reads images (height, width, channels), not'
+        f' {_describe_inputs(source)}.{fix}')
+  if (name in SEQUENCE_MODELS) != (not source.has_class_labels):
+    raise config_lib.ConfigError(
+        f'--model={name} predicts '
+        + ('a class per position' if name in SEQUENCE_MODELS else
+           'one class per example') + f', but --dataset={source.name} has '
+        + ('one class per example' if source.has_class_labels else
+           'a target per position') + f'.{fix}')
+  try:
+    model = spec.build_keras(None)
+    logits = model(tf.constant(source.x[:2]), training=False)
+    model_fns.loss_fn()(tf.constant(source.y[:2]), logits)
+  except (ValueError, TypeError, tf.errors.OpError) as e:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    detail = next((line for line in lines if 'dimension' in line.lower()),
+                  lines[0] if lines else '')
+    raise config_lib.ConfigError(
+        f'--model={name} cannot read {_describe_inputs(source)}: a'
+        f' two-example forward pass fails ({type(e).__name__}:'
+        f' {detail[:200]}).{fix}') from e
+
+
+def check_splits(config: config_lib.RunConfig,
+                 federated: 'data_lib.FederatedData') -> None:
+  """Refuses clients whose splits cannot serve the run (e.g. no test data).
+
+  Raises:
+    ConfigError: Naming the settings that leave a split empty.
+  """
+  needed = ['train', 'test']
+  if config.algorithm == 'ditto' and config.lambda_grid():
+    needed.append('validation')  # Each client picks its lambda on it.
+  for split in needed:
+    empty = [cid for cid in federated.client_ids
+             if federated.num_examples(cid, split) == 0]
+    if empty:
+      smallest = min(len(np.concatenate([federated.indices(cid, s) for s in
+                                         data_lib.SPLITS]))
+                     for cid in federated.client_ids)
+      raise config_lib.ConfigError(
+          f'{len(empty)} client(s) (e.g. {empty[0]}) get no {split} examples'
+          f' (the smallest client has {smallest} examples, with'
+          f' --examples_per_client={config.examples_per_client},'
+          f' --validation_fraction={config.validation_fraction},'
+          f' --test_fraction={config.test_fraction}); raise'
+          ' --examples_per_client or the fraction, or use fewer clients.')
+
+
+def check_client_files(config: config_lib.RunConfig,
+                       client_ids: Sequence[str]) -> None:
+  """Reads the per-client files named by flags; refuses bad ones now.
+
+  Raises:
+    ConfigError: Naming the file and what is wrong with it.
+  """
+  if config.algorithm == 'ditto' and config.ditto_lambdas_file:
+    load_lambdas(config.ditto_lambdas_file, client_ids)
+  if config.algorithm == 'aequa' and config.contributions_file:
+    load_client_values(config.contributions_file, client_ids, 'contribution')
+
+
 def build_experiment(config: config_lib.RunConfig) -> Experiment:
-  """Loads and partitions the data and binds the model to it."""
+  """Loads and partitions the data and binds the model to it.
+
+  Every check that needs the data runs here, before a run writes or
+  trains anything: the partition and splits, the model against the data,
+  and the per-client files named by flags.
+
+  Raises:
+    errors.UserError: (`ConfigError`, `DataError`) For any of these.
+  """
   source = data_lib.load_source(config.dataset, config.data_dir or None)
-  federated = data_lib.build_federated_data(
-      source,
-      partition=config.partition,
-      num_clients=config.num_clients,
-      seed=config.seed,
-      validation_fraction=config.validation_fraction,
-      test_fraction=config.test_fraction,
-      examples_per_client=config.examples_per_client or None,
-      server_held_out_examples=config.server_held_out_examples,
-      **config.partition_params(),
-  )
+  try:
+    federated = data_lib.build_federated_data(
+        source,
+        partition=config.partition,
+        num_clients=config.num_clients,
+        seed=config.seed,
+        validation_fraction=config.validation_fraction,
+        test_fraction=config.test_fraction,
+        examples_per_client=config.examples_per_client or None,
+        server_held_out_examples=config.server_held_out_examples,
+        **config.partition_params(),
+    )
+  except errors.UserError:
+    raise
+  except ValueError as e:  # PartitionError and the split checks.
+    raise config_lib.ConfigError(
+        f'--dataset={config.dataset} ({source.num_examples} examples,'
+        f' {source.num_classes} classes) cannot be split as asked'
+        f' (--partition={config.partition},'
+        f' --num_clients={config.num_clients}): {e}') from e
+  check_splits(config, federated)
   plain_name = config.model.removeprefix('slimmable_')
-  return Experiment(
-      config, federated,
-      model_spec_for(source, config.model,
-                     slimmable=config.algorithm == 'aequa'),
-      model_spec_for(source, plain_name))
+  try:
+    model_spec = model_spec_for(source, config.model,
+                                slimmable=config.algorithm == 'aequa')
+    plain_model_spec = model_spec_for(source, plain_name)
+  except errors.UserError:
+    raise
+  except ValueError as e:
+    raise config_lib.ConfigError(
+        f'--model={config.model}: {e}') from e
+  check_model_fits(config, source, plain_model_spec)
+  check_client_files(config, federated.client_ids)
+  return Experiment(config, federated, model_spec, plain_model_spec)

@@ -1,0 +1,36 @@
+"""The one table of exit statuses in programs/train.py."""
+
+from absl.testing import absltest
+
+from programs import train
+from tff_fair import data as data_lib
+from tff_fair import errors
+from tff_fair.runtime import remote
+from tff_fair.state import client_store
+from tff_fair.training import config as config_lib
+from tff_fair.training import run_dir
+
+
+class ExitCodesTest(absltest.TestCase):
+
+  def test_user_errors_exit_2(self):
+    for error in (config_lib.ConfigError('x'), data_lib.DataError('x'),
+                  data_lib.PartitionError('x'),
+                  client_store.ClientStateError('x'),
+                  remote.ExecutorConfigError('x'), run_dir.RunDirError('x'),
+                  errors.UserError('x')):
+      self.assertEqual(train.exit_code(error), 2, type(error).__name__)
+
+  def test_lost_worker_exits_3(self):
+    self.assertEqual(
+        train.exit_code(remote.WorkerUnavailableError('h:1', 'gone')), 3)
+
+  def test_internal_errors_keep_their_traceback(self):
+    for error in (ValueError('x'), KeyError('x'), RuntimeError('x')):
+      self.assertIsNone(train.exit_code(error))
+
+
+if __name__ == '__main__':
+  # The program's --output_dir is required; this test parses no program.
+  train.FLAGS.set_default('output_dir', 'unused')
+  absltest.main()
