@@ -6,6 +6,7 @@ clear margin. Data sets whose files are absent are skipped by name
 (tests/real_data.py); digits needs none.
 """
 
+from absl import logging
 from absl.testing import parameterized
 import numpy as np
 
@@ -74,6 +75,8 @@ class DefaultsLearnTest(tff_test_utils.TffTestCase):
         [m.accuracy for m in result.evaluations['global'].values()],
         weights=[m.num_examples for m in result.evaluations['global'].values()])
     baseline = _baseline(name, test_labels, source.num_classes)
+    logging.info('%s: test accuracy %.3f after %d rounds (baseline %.3f)',
+                 name, accuracy, rounds, baseline)
     self.assertGreater(
         accuracy, baseline + margin,
         f'{name}: test accuracy {accuracy:.3f} after {rounds} rounds, the'
