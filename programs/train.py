@@ -75,7 +75,9 @@ flags.DEFINE_float('server_learning_rate', _DEFAULTS.server_learning_rate,
                    'Server learning rate.')
 flags.DEFINE_integer('finetune_epochs', _DEFAULTS.finetune_epochs,
                      'fedavg_ft: local fine-tuning epochs.')
-flags.DEFINE_string('model', '', 'Architecture (default: per data set).')
+flags.DEFINE_string('model', '', 'Architecture: lenet, cifar_cnn, ditto_cnn,'
+                    ' fedavg_cnn, text_cnn, char_lstm (default: per data'
+                    ' set).')
 flags.DEFINE_integer('eval_every', _DEFAULTS.eval_every,
                      'Evaluate every client every N rounds (0: at the end).')
 flags.DEFINE_integer('seed', _DEFAULTS.seed, 'Random seed.')
@@ -88,7 +90,11 @@ flags.DEFINE_float('ditto_lambda', _DEFAULTS.ditto_lambda,
                    'ditto: lambda of every client.')
 flags.DEFINE_string('ditto_lambda_grid', '',
                     'ditto: comma-separated lambdas; each client picks one by'
-                    ' validation loss (e.g. 0.1,1,2).')
+                    ' validation loss (e.g. 0.1,1,2), again every'
+                    ' --ditto_lambda_every rounds.')
+flags.DEFINE_integer('ditto_lambda_every', _DEFAULTS.ditto_lambda_every,
+                     'ditto: re-choose each client\'s lambda from the grid'
+                     ' every N rounds (0: once, at its first round).')
 flags.DEFINE_string('ditto_lambdas_file', '',
                     'ditto: JSON file {client_id: lambda} for every client.')
 flags.DEFINE_enum('ditto_variant', _DEFAULTS.ditto_variant,
@@ -99,6 +105,10 @@ flags.DEFINE_enum('personal_optimizer', _DEFAULTS.personal_optimizer,
                   config_lib.OPTIMIZERS, 'ditto: personal optimizer.')
 flags.DEFINE_float('personal_learning_rate', _DEFAULTS.personal_learning_rate,
                    'ditto: personal learning rate.')
+flags.DEFINE_enum('personal_iterate', _DEFAULTS.personal_iterate,
+                  config_lib.PERSONAL_ITERATES,
+                  'ditto: personal model kept each round: the average of'
+                  ' the round\'s iterates, or the last one (reference).')
 flags.DEFINE_enum('attack', _DEFAULTS.attack, config_lib.ATTACKS,
                   'Byzantine attack of the malicious clients.')
 flags.DEFINE_float('malicious_fraction', _DEFAULTS.malicious_fraction,
