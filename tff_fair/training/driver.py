@@ -621,8 +621,10 @@ class Trainer:
     a collapsed personal model shows (the loss averaged over the epoch's
     batches does not show it). Benign clients only when an attack is on.
     """
-    benign = [r for r in records if not r['malicious']] or list(records)
+    benign = [r for r in records if not r['malicious']]
     released = {}
+    if not benign:  # Only attackers sampled: nothing to report this round.
+      return released
     for name in ('train_loss', 'train_accuracy'):
       stats = statistics.summarize(
           [r[name] for r in benign], higher_is_better=name != 'train_loss')
