@@ -122,7 +122,11 @@ flags.DEFINE_float('ditto_lambda', _DEFAULTS.ditto_lambda,
                    'ditto: lambda of every client.')
 flags.DEFINE_string('ditto_lambda_grid', '',
                     'ditto: comma-separated lambdas; each client picks one by'
-                    ' validation loss (e.g. 0.1,1,2).')
+                    ' validation loss (e.g. 0.1,1,2), again every'
+                    ' --ditto_lambda_every rounds.')
+flags.DEFINE_integer('ditto_lambda_every', _DEFAULTS.ditto_lambda_every,
+                     'ditto: re-choose each client\'s lambda from the grid'
+                     ' every N rounds (0: once, at its first round).')
 flags.DEFINE_string('ditto_lambdas_file', '',
                     'ditto: JSON file {client_id: lambda} for every client.')
 flags.DEFINE_enum('ditto_variant', _DEFAULTS.ditto_variant,
@@ -134,6 +138,10 @@ flags.DEFINE_enum('personal_optimizer', _DEFAULTS.personal_optimizer,
 flags.DEFINE_float('personal_learning_rate', 0.0,
                    'ditto: personal learning rate (0: the client learning'
                    ' rate).')
+flags.DEFINE_enum('personal_iterate', _DEFAULTS.personal_iterate,
+                  config_lib.PERSONAL_ITERATES,
+                  'ditto: personal model kept each round: the average of'
+                  ' the round\'s iterates, or the last one (reference).')
 flags.DEFINE_enum('attack', _DEFAULTS.attack, config_lib.ATTACKS,
                   'Byzantine attack of the malicious clients.')
 flags.DEFINE_float('malicious_fraction', _DEFAULTS.malicious_fraction,

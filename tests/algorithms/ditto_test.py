@@ -39,10 +39,11 @@ _SPEC = model_fns.build_model_spec(
     num_classes=10)
 
 
-def _build_ditto(aggregator=None):
+def _build_ditto(aggregator=None, average=True):
   return ditto.build_ditto(
       _SPEC.model_fn, client_optimizer=_sgd(), server_optimizer=_sgd(1.0),
-      personal_optimizer=_sgd(), model_aggregator=aggregator)
+      personal_optimizer=_sgd(), model_aggregator=aggregator,
+      average_personal_iterates=average)
 
 
 class DittoTest(tff_test_utils.TffTestCase):
@@ -52,6 +53,7 @@ class DittoTest(tff_test_utils.TffTestCase):
     super().setUpClass()
     # Tracing a process takes seconds: build the shared ones once.
     cls.ditto_process = _build_ditto()
+    cls.last_iterate_process = _build_ditto(average=False)
     cls.fed_avg_process = fed_avg.build_fed_avg(_SPEC.model_fn, _sgd(),
                                                 _sgd(1.0))
 
@@ -113,8 +115,55 @@ class DittoTest(tff_test_utils.TffTestCase):
     self.assertEqual(distances, sorted(distances, reverse=True), distances)
     self.assertLess(distances[-1], 0.9 * distances[0])
 
-  def test_lambda_zero_is_plain_local_training(self):
+  def test_one_personal_step_matches_hand_computation(self):
+    # v' = v - lr * (grad F(v; b) + lam * (v - w^t)) for one batch b, with
+    # grad F from Keras directly. v - w^t is large (two random inits), so
+    # 2 * lam, lam / 2 or an anchor other than w^t would be far off.
+    lr, lam = 0.1, 1.0
     process = self._ditto()
+    v = self.spec.initial_weights(seed=5)
+    batch = next(iter(_dataset(1, size=20, batch=20)))
+    out, = process.personalize(self._state(process), [
+        ditto.personal_input(_dataset(1, size=20, batch=20), v, lam)])
+    model = self.spec.build_keras(None)
+    v.assign_weights_to(model)
+    with tf.GradientTape() as tape:
+      loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)(
+          batch['y'], model(batch['x'], training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    expected = [v_i - lr * (g.numpy() + lam * (v_i - w_i))
+                for v_i, g, w_i in zip(v.trainable, grads,
+                                       self.w0.trainable)]
+    self.assertAllClose(out['personal'].trainable, expected, atol=1e-5,
+                        rtol=1e-4)
+    self.assertAllClose(out['loss'], loss.numpy(), rtol=1e-5)
+    # The proximal part of the step is far above the tolerance above.
+    prox = max(np.abs(lr * lam * (v_i - w_i)).max()
+               for v_i, w_i in zip(v.trainable, self.w0.trainable))
+    self.assertGreater(prox / 2, 1e-2)
+
+  def test_personal_model_is_the_average_of_the_round_s_iterates(self):
+    # Three batches of 20: the kept model is (v1 + v2 + v3) / 3, where v_k
+    # is the last iterate after the first k batches.
+    state = self._state(self.ditto_process)
+    v = self.spec.initial_weights(seed=5)
+
+    def personalize(process, batches):
+      rows = slice(100, 100 + 20 * batches)  # The same first batches.
+      data = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+          x=_X[rows], y=_Y[rows])).batch(20)
+      out, = process.personalize(state, [ditto.personal_input(data, v, 1.0)])
+      return out['personal'].trainable
+
+    iterates = [personalize(self.last_iterate_process, k) for k in (1, 2, 3)]
+    averaged = personalize(self.ditto_process, 3)
+    self.assertAllClose(
+        averaged, [np.mean(ws, axis=0) for ws in zip(*iterates)],
+        atol=1e-5, rtol=1e-4)
+    self.assertNotAllClose(averaged, iterates[-1])
+
+  def test_lambda_zero_is_plain_local_training(self):
+    process = self.last_iterate_process
     out, = process.personalize(self._state(process), [
         ditto.personal_input(_dataset(2), self.w0, 0.0)])
     local = local_training.build_local_train_fn(

@@ -14,6 +14,12 @@ _CASES = (
                    num_classes=10), (10,)),
     ('cifar_cnn', dict(x_shape=(32, 32, 3), x_dtype=tf.float32, y_shape=(),
                        num_classes=10), (10,)),
+    ('ditto_cnn', dict(x_shape=(28, 28, 1), x_dtype=tf.float32, y_shape=(),
+                       num_classes=10), (10,)),
+    ('ditto_cnn', dict(x_shape=(8, 8, 1), x_dtype=tf.float32, y_shape=(),
+                       num_classes=10), (10,)),
+    ('fedavg_cnn', dict(x_shape=(28, 28, 1), x_dtype=tf.float32, y_shape=(),
+                        num_classes=10), (10,)),
     ('text_cnn', dict(x_shape=(20,), x_dtype=tf.int32, y_shape=(),
                       num_classes=2, vocab_size=100), (2,)),
     ('char_lstm', dict(x_shape=(12,), x_dtype=tf.int32, y_shape=(12,),
@@ -41,6 +47,28 @@ class ModelSpecTest(tf.test.TestCase, parameterized.TestCase):
     for x, y in zip(a.trainable, b.trainable):
       self.assertAllEqual(x, y)
     self.assertNotAllClose(a.trainable[0], c.trainable[0])
+
+  @parameterized.parameters(
+      # Weight shapes of the Ditto reference code's Fashion-MNIST CNN and of
+      # PFLlib's FedAvgCNN (28x28 inputs: 7x7x64 and 4x4x64 features).
+      ('ditto_cnn', [(5, 5, 1, 32), (32,), (5, 5, 32, 64), (64,),
+                     (7 * 7 * 64, 1024), (1024,), (1024, 10), (10,)]),
+      ('fedavg_cnn', [(5, 5, 1, 32), (32,), (5, 5, 32, 64), (64,),
+                      (4 * 4 * 64, 512), (512,), (512, 10), (10,)]),
+  )
+  def test_reference_cnn_shapes(self, name, shapes):
+    spec = model_fns.build_model_spec(name, x_shape=(28, 28, 1),
+                                      x_dtype=tf.float32, y_shape=(),
+                                      num_classes=10)
+    self.assertEqual([w.shape for w in spec.initial_weights(0).trainable],
+                     shapes)
+
+  def test_fedavg_cnn_rejects_small_inputs(self):
+    spec = model_fns.build_model_spec('fedavg_cnn', x_shape=(8, 8, 1),
+                                      x_dtype=tf.float32, y_shape=(),
+                                      num_classes=10)
+    with self.assertRaisesRegex(ValueError, 'too small.*ditto_cnn'):
+      spec.build_keras(0)
 
   def test_unknown_model(self):
     with self.assertRaisesRegex(ValueError, 'Unknown model .*lenet'):

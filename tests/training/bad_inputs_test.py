@@ -111,7 +111,7 @@ _CASES = (
      ['no test examples', '--examples_per_client=1']),
     ('lambda_grid_without_validation', dict(
         algorithm='ditto', ditto_lambda_grid='0.1,1', validation_fraction=0.0),
-     None, ['no validation examples', '--validation_fraction=0.0']),
+     None, ['ditto_lambda_grid', 'validation_fraction is 0']),
     ('data_dir_is_a_file', dict(dataset='mnist'),
      lambda out, files: dict(data_dir=_file(files)), ['is a file']),
     ('data_dir_missing', dict(dataset='mnist'),

@@ -51,6 +51,13 @@ class RunConfigTest(parameterized.TestCase):
       ('lambda_grid', dict(ditto_lambda_grid='0.1,x'), 'comma-separated'),
       ('lambda_grid_negative', dict(ditto_lambda_grid='0.1,-1'),
        'lambda must be'),
+      ('lambda_every', dict(ditto_lambda_every=-1),
+       'ditto_lambda_every must be >= 0'),
+      ('grid_without_validation', dict(ditto_lambda_grid='0.1,1',
+                                       validation_fraction=0.0),
+       'validation_fraction is 0'),
+      ('personal_iterate', dict(personal_iterate='best'),
+       'Unknown personal_iterate .*average, last'),
       ('attack_without_fraction', dict(attack='label_poisoning'),
        'needs malicious_fraction'),
       ('solver', dict(allocation_solver='greedy'),
@@ -220,6 +227,19 @@ class CheckOrSaveTest(parameterized.TestCase):
       config_lib.check_resumable(config_lib.RunConfig(
           output_dir=out, partition='quantity_skew',
           quantity_large_clients='first', kappa_scope='each', kappa=0.2))
+
+  def test_ditto_settings_of_an_older_run_count_as_defaults(self):
+    out = self.create_tempdir().full_path
+    saved = config_lib.RunConfig(output_dir=out, algorithm='ditto').to_dict()
+    del saved['ditto_lambda_every'], saved['personal_iterate']
+    with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
+      json.dump(saved, f)
+    config_lib.check_resumable(
+        config_lib.RunConfig(output_dir=out, algorithm='ditto'))
+    with self.assertRaisesRegex(config_lib.ConfigError,
+                                "personal_iterate: saved run has 'average'"):
+      config_lib.check_resumable(config_lib.RunConfig(
+          output_dir=out, algorithm='ditto', personal_iterate='last'))
 
   def test_server_held_out_sets_may_change_on_resumption(self):
     out = self.create_tempdir().full_path

@@ -1,13 +1,16 @@
 """Ditto through the round driver: persistence, resume, lambdas, attacks."""
 
+import csv
 import json
 import os
 from unittest import mock
 
+from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
 from tests import tff_test_utils
+from tff_fair.evaluation import per_client
 from tff_fair.state import client_store
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
@@ -31,6 +34,32 @@ def _trainer(config):
 
 def _accuracies(result, kind):
   return np.array([m.accuracy for m in result.evaluations[kind].values()])
+
+
+def _spy(process, name, record):
+  """Patches `process.<name>` (a property) with a recording wrapper."""
+  original = getattr(process, name)
+
+  def wrapper(*args):
+    result = original(*args)
+    record.append((args, result))
+    return result
+
+  return mock.patch.object(type(process), name,
+                           new=property(lambda _: wrapper))
+
+
+def _validation_loss(spec, weights, x, y):
+  """Mean cross-entropy of `weights` on (x, y), by Keras directly."""
+  model = spec.build_keras(None)
+  weights.assign_weights_to(model)
+  return float(tf.keras.losses.SparseCategoricalCrossentropy(
+      from_logits=True)(y, model(x, training=False)))
+
+
+def _read_csv(path):
+  with open(path, newline='') as f:
+    return list(csv.DictReader(f))
 
 
 class DittoDriverTest(tff_test_utils.TffTestCase):
@@ -115,14 +144,153 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
     self.assertLen(os.listdir(os.path.join(config.output_dir, 'personal',
                                            'clients')), len(sampled))
 
-  def test_lambda_grid_choice_is_kept_with_the_model(self):
+  def test_personalize_is_anchored_at_the_global_model_before_next(self):
+    trainer = _trainer(_config(self.create_tempdir().full_path, rounds=2))
+    state, _ = trainer._restore()
+    process = trainer.process
+    personalized, stepped = [], []
+    with _spy(process, 'personalize', personalized), \
+         _spy(process, 'next', stepped):
+      trainer._run_rounds(state, 0)
+    anchors = [process.get_model_weights(args[0]).trainable
+               for args, _ in personalized]
+    after_next = [process.get_model_weights(out.state).trainable
+                  for _, out in stepped]
+    self.assertLen(anchors, 2)
+    self.assertAllClose(
+        anchors[0],
+        trainer.experiment.model_spec.initial_weights(11).trainable)
+    # Round 2 is anchored at w^1 (round 1's result), not at w^2.
+    self.assertAllClose(anchors[1], after_next[0])
+    self.assertNotAllClose(anchors[1], after_next[1])
+
+  @parameterized.parameters((1,), (0,))
+  def test_lambda_is_the_validation_arg_min_rechosen_as_configured(
+      self, every):
+    grid = (0.01, 10.0)
     out = self.create_tempdir().full_path
-    trainer = _trainer(_config(out, rounds=1, clients_per_round=4,
-                               ditto_lambda_grid='0.01,100'))
-    trainer.run()
-    lambdas = {cid: trainer._personal.lam(cid)
-               for cid in trainer.experiment.data.client_ids}
-    self.assertTrue(set(lambdas.values()) <= {0.01, 100.0}, lambdas)
+    trainer = _trainer(_config(
+        out, rounds=2, clients_per_round=4, ditto_lambda_every=every,
+        ditto_lambda_grid=','.join(str(v) for v in grid)))
+    state, _ = trainer._restore()
+    calls = []
+    with _spy(trainer.process, 'personalize', calls):
+      trainer._run_rounds(state, 0)
+    data = trainer.experiment.data
+    spec = trainer.experiment.model_spec
+    ids = data.client_ids  # All four clients train in every round.
+    rows = _read_csv(os.path.join(out, 'personal_rounds.csv'))
+    chosen = {(int(r['round']), r['client']): float(r['lambda'])
+              for r in rows}
+    self.assertLen(chosen, 8)
+    models = {}  # (round, client) -> the model the round kept.
+    for round_num, ((_, inputs), outputs) in enumerate(calls, start=1):
+      rechoose = round_num == 1 or every == 1
+      self.assertLen(inputs, len(ids) * (len(grid) if rechoose else 1))
+      for i, cid in enumerate(ids):
+        if not rechoose:
+          job, = [i]
+          self.assertEqual(inputs[job]['lam'], chosen[(1, cid)])
+          self.assertEqual(chosen[(2, cid)], chosen[(1, cid)])
+          models[(round_num, cid)] = outputs[job]['personal']
+          continue
+        jobs = range(i * len(grid), (i + 1) * len(grid))
+        self.assertEqual([inputs[j]['lam'] for j in jobs], list(grid))
+        x, y = data.arrays(cid, 'validation')
+        losses = {inputs[j]['lam']: _validation_loss(
+            spec, outputs[j]['personal'], x, y) for j in jobs}
+        self.assertEqual(chosen[(round_num, cid)], min(losses,
+                                                       key=losses.get),
+                         (round_num, cid, losses))
+        best = jobs[grid.index(chosen[(round_num, cid)])]
+        models[(round_num, cid)] = outputs[best]['personal']
+        if round_num == 2:
+          # Candidates start from the client's current personal model.
+          for j in jobs:
+            self.assertAllClose(inputs[j]['personal'].trainable,
+                                models[(1, cid)].trainable)
+    for row in rows:
+      rechosen = int(row['round']) == 1 or every == 1
+      self.assertEqual(int(row['lambda_chosen']), int(rechosen))
+    for cid in ids:
+      self.assertEqual(trainer._personal.lam(cid), chosen[(2, cid)])
+      self.assertAllClose(trainer._personal.weights(cid).trainable,
+                          models[(2, cid)].trainable)
+
+  def test_choose_lambda_is_the_arg_min_and_skips_nan(self):
+    self.assertEqual(driver.choose_lambda({0.1: 0.5, 1.0: 0.2, 2.0: 0.3}),
+                     1.0)
+    self.assertEqual(driver.choose_lambda({0.1: float('nan'), 1.0: 0.9}),
+                     1.0)
+    self.assertEqual(driver.choose_lambda({2.0: 0.4, 1.0: 0.4}), 1.0)
+
+  def test_round_metrics_evaluate_the_round_s_personal_models(self):
+    out = self.create_tempdir().full_path
+    result = driver.run(_config(out, rounds=2, eval_every=1))
+    last = result.history[-1]
+    final = per_client.summarize_clients(result.evaluations['personalized'])
+    # The same clients and the same (round-2) personal models.
+    self.assertEqual(last['test_accuracy_count'], final['accuracy'].count)
+    self.assertAllClose(last['test_loss_mean'], final['loss'].mean)
+    self.assertAllClose(last['test_accuracy_mean'], final['accuracy'].mean)
+    released = _read_csv(os.path.join(out, 'metrics.csv'))
+    self.assertAllClose(float(released[-1]['test_loss_mean']),
+                        final['loss'].mean)
+
+  def test_never_sampled_clients_are_not_scored_as_personalized(self):
+    out = self.create_tempdir().full_path
+    result = driver.run(_config(out, rounds=1, clients_per_round=1,
+                                eval_every=1))
+    trained = driver.sample_clients(
+        [f'client_{i:04d}' for i in range(4)], 1, seed=11, round_num=1)
+    self.assertEqual(list(result.evaluations['personalized']), trained)
+    self.assertLen(result.evaluations['personalized_or_global'], 4)
+    self.assertEqual(result.history[0]['personal_clients_untrained'], 3)
+    self.assertEqual(result.history[0]['test_accuracy_count'], 1)
+    self.assertEqual(result.history[0]['global_test_accuracy_count'], 4)
+    with open(os.path.join(out, 'summary.json')) as f:
+      summary = json.load(f)
+    self.assertEqual(summary['personalized']['accuracy']['count'], 1)
+    self.assertEqual(
+        summary['personalized_or_global']['accuracy']['count'], 4)
+
+  def test_personal_round_log_shows_the_end_of_round_model(self):
+    out = self.create_tempdir().full_path
+    config = _config(out, rounds=2, eval_every=1)
+    trainer = _trainer(config)
+    result = trainer.run()
+    rows = _read_csv(os.path.join(out, 'personal_rounds.csv'))
+    ids = trainer.experiment.data.client_ids
+    for round_num in (1, 2):
+      self.assertEqual(
+          [r['client'] for r in rows if int(r['round']) == round_num],
+          driver.sample_clients(ids, 2, seed=11, round_num=round_num))
+    evaluator = per_client.ClientEvaluator(
+        trainer.experiment.model_spec.build_keras)
+    data = trainer.experiment.data
+    for row in rows:
+      if int(row['round']) != 2:
+        continue
+      cid = row['client']
+      on_train = evaluator.evaluate(trainer._personal.weights(cid),
+                                    *data.arrays(cid, 'train'))
+      self.assertAllClose(float(row['train_accuracy']), on_train.accuracy)
+      self.assertAllClose(float(row['train_loss']), on_train.loss)
+      self.assertGreater(float(row['train_loss_during']), 0.0)
+      self.assertEqual(float(row['lambda']), config.ditto_lambda)
+    round2 = [r for r in rows if int(r['round']) == 2]
+    self.assertAllClose(result.history[-1]['personal_train_accuracy_min'],
+                        min(float(r['train_accuracy']) for r in round2))
+    # Rows of a round without a checkpoint (a kill after the rows, before
+    # the checkpoint) are dropped on resume, and the round's rows rewritten.
+    with open(os.path.join(out, 'personal_rounds.csv'), 'a') as f:
+      f.write('3,client_0000,0,1.0,0,9,9,0.1,9,0.1\n')
+    driver.run(_config(out, rounds=3, eval_every=1))
+    rows = _read_csv(os.path.join(out, 'personal_rounds.csv'))
+    self.assertEqual(
+        [r['client'] for r in rows if int(r['round']) == 3],
+        driver.sample_clients(ids, 2, seed=11, round_num=3))
+    self.assertLen(rows, 6)
 
   def test_lambdas_file_must_cover_every_client(self):
     out = self.create_tempdir().full_path
@@ -153,13 +321,30 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
   def test_attack_metrics_separate_benign_clients(self):
     out = self.create_tempdir().full_path
     result = driver.run(_config(out, rounds=1, attack='label_poisoning',
-                                malicious_fraction=0.5))
+                                malicious_fraction=0.5, clients_per_round=4,
+                                eval_every=1))
     with open(os.path.join(out, 'summary.json')) as f:
       summary = json.load(f)
     for kind in ('global', 'personalized'):
       self.assertEqual(summary[f'{kind}:benign']['accuracy']['count'], 2)
       self.assertEqual(summary[f'{kind}:malicious']['accuracy']['count'], 2)
     self.assertLen(result.evaluations['personalized'], 4)
+    # Per-round statistics count the benign clients only.
+    benign = sorted(set(result.evaluations['global']) - result.malicious)
+    self.assertLen(benign, 2)
+    released = result.history[0]
+    for prefix in ('', 'global_'):
+      self.assertEqual(released[f'{prefix}test_accuracy_count'], 2)
+    personal = {cid: m.accuracy for cid, m in
+                result.evaluations['personalized'].items()}
+    self.assertAllClose(released['test_accuracy_mean'],
+                        np.mean([personal[cid] for cid in benign]))
+    rows = _read_csv(os.path.join(out, 'personal_rounds.csv'))
+    benign_train = [float(r['train_accuracy']) for r in rows
+                    if r['malicious'] == '0']
+    self.assertLen(benign_train, 2)
+    self.assertAllClose(released['personal_train_accuracy_min'],
+                        min(benign_train))
 
 
 if __name__ == '__main__':

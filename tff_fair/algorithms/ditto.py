@@ -32,6 +32,11 @@ separately. `interleaved`: `personalize` gets the very batches `next` gets.
 number of epochs (`personal_epochs`) on its own shuffle of the client's data.
 The driver decides which data it passes; this module only computes.
 
+The personal model a round returns is, by default, the average of its
+iterates (`average_personal_iterates`): on one client's skewed data, SGD at
+the usual learning rate now and then ends an epoch on a collapsed iterate
+(one class predicted for most examples) that the average does not follow.
+
 Type signatures:
 
     initialize:  ( -> S@SERVER)
@@ -89,7 +94,8 @@ def personal_input(
 
 
 def build_personal_update(
-    model_fn: ModelFn, optimizer: tff.learning.optimizers.Optimizer
+    model_fn: ModelFn, optimizer: tff.learning.optimizers.Optimizer,
+    average_iterates: bool = True,
 ) -> tff.Computation:
   """The per-client TF computation of the personal step.
 
@@ -97,7 +103,12 @@ def build_personal_update(
   loss=float32, num_examples=int64>)`: minibatch steps of `optimizer` on
   F_k(v) + (lam/2)||v - anchor||^2, i.e. gradient + lam * (v - anchor), as
   TFF writes FedProx's proximal term. Non-trainable weights (if any) follow
-  the model's own updates. `loss` is the mean training loss over batches.
+  the model's own updates. `loss` is the mean training loss over batches,
+  each measured before its step: it does not show where the steps end.
+
+  With `average_iterates` (the default) the new personal model is the mean
+  of the iterates after each of the round's steps rather than the last
+  one; see `client_training` for the collapse this prevents.
   """
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
   input_type = tff.types.to_type(collections.OrderedDict(
@@ -106,7 +117,8 @@ def build_personal_update(
 
   @tff.tensorflow.computation(weights_type, input_type)
   def personal_update(anchor, client):
-    loop = client_training.build_training_loop(model_fn(), optimizer)
+    loop = client_training.build_training_loop(
+        model_fn(), optimizer, average_iterates=average_iterates)
     trained = loop(client['personal'], client['data'], anchor=anchor,
                    lam=client['lam'])
     return collections.OrderedDict(
@@ -123,6 +135,7 @@ def build_ditto(
     server_optimizer: tff.learning.optimizers.Optimizer,
     personal_optimizer: tff.learning.optimizers.Optimizer,
     model_aggregator: Optional[tff.aggregators.AggregationFactory] = None,
+    average_personal_iterates: bool = True,
 ) -> DittoProcess:
   """Builds Ditto.
 
@@ -134,13 +147,18 @@ def build_ditto(
       paper, Adam or AdamW).
     model_aggregator: Any `tff.aggregators` factory for the global model's
       updates (robust, differentially private, compressed, ...).
+    average_personal_iterates: The new personal model is the mean of the
+      round's iterates (default; stable on skewed clients) rather than the
+      last iterate (the reference code).
 
   Returns:
     A `DittoProcess`; see the module docstring.
   """
   global_process = fed_avg.build_fed_avg(
       model_fn, client_optimizer, server_optimizer, model_aggregator)
-  personal_update = build_personal_update(model_fn, personal_optimizer)
+  personal_update = build_personal_update(
+      model_fn, personal_optimizer,
+      average_iterates=average_personal_iterates)
   state_type = global_process.initialize.type_signature.result
   client_type = personal_update.type_signature.parameter[1]
 

@@ -9,6 +9,11 @@ The architectures follow the source documents' experiments:
 * `lenet`: LeNet-5 style CNN for small grayscale images (28x28 Fashion-MNIST,
   MNIST, FEMNIST; also 8x8 digits thanks to 'same' padding).
 * `cifar_cnn`: the usual FL CIFAR-10 CNN (conv32-conv64-conv64, dense 64).
+* `ditto_cnn`: the Fashion-MNIST CNN of the Ditto reference code
+  (litian96/ditto, flearn/models/fmnist/cnn.py): conv32 5x5 'same', pool,
+  conv64 5x5 'same', pool, dense 1024, logits.
+* `fedavg_cnn`: PFLlib's FedAvgCNN, the model of its leaderboard: conv32
+  5x5 'valid', pool, conv64 5x5 'valid', pool, dense 512, logits.
 * `text_cnn`: Kim-style sentence CNN (embedding, parallel 1-D convolutions
   of widths 3/4/5, max-over-time pooling) for SST-2.
 * `char_lstm`: TFF's Shakespeare next-character model (embedding 8, two
@@ -79,6 +84,44 @@ def cifar_cnn(
       tf.keras.layers.Flatten(),
       tf.keras.layers.Dense(64, activation='relu', kernel_initializer=init(3)),
       tf.keras.layers.Dense(num_classes, kernel_initializer=init(4)),
+  ])
+
+
+def two_conv_cnn(
+    input_shape: Sequence[int] = (28, 28, 1),
+    num_classes: int = 10,
+    seed: Optional[int] = None,
+    hidden_units: int = 1024,
+    padding: str = 'same',
+) -> tf.keras.Model:
+  """conv32 5x5 - pool - conv64 5x5 - pool - dense - logits (ReLU).
+
+  `ditto_cnn` is this with 'same' padding and 1024 hidden units (the Ditto
+  reference code's Fashion-MNIST model); `fedavg_cnn` with 'valid' padding
+  and 512 (PFLlib's FedAvgCNN).
+
+  Raises:
+    ValueError: If 'valid' padding leaves no pixels (inputs under 16x16).
+  """
+  if padding == 'valid' and min(input_shape[:2]) < 16:
+    raise ValueError(
+        f'Inputs of shape {tuple(input_shape)} are too small for two 5x5'
+        " 'valid' convolutions with pooling (at least 16x16 needed); use"
+        ' ditto_cnn (same padding) or lenet.')
+  layer_seed = _seeded(seed)
+  init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=tuple(input_shape)),
+      tf.keras.layers.Conv2D(32, 5, padding=padding, activation='relu',
+                             kernel_initializer=init(0)),
+      tf.keras.layers.MaxPool2D(2, padding='same'),
+      tf.keras.layers.Conv2D(64, 5, padding=padding, activation='relu',
+                             kernel_initializer=init(1)),
+      tf.keras.layers.MaxPool2D(2, padding='same'),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(hidden_units, activation='relu',
+                            kernel_initializer=init(2)),
+      tf.keras.layers.Dense(num_classes, kernel_initializer=init(3)),
   ])
 
 

@@ -20,7 +20,8 @@ from tff_fair.models import architectures
 
 KerasBuilder = Callable[[Optional[int]], tf.keras.Model]
 
-MODEL_NAMES = ('lenet', 'cifar_cnn', 'text_cnn', 'char_lstm')
+MODEL_NAMES = ('lenet', 'cifar_cnn', 'ditto_cnn', 'fedavg_cnn', 'text_cnn',
+               'char_lstm')
 
 # Label of padding in sequence targets (TFF's Shakespeare pad id).
 PAD_LABEL = 0
@@ -166,6 +167,12 @@ def build_model_spec(
     builder = functools.partial(
         architectures.cifar_cnn, input_shape=x_shape, num_classes=num_classes
     )
+  elif name in ('ditto_cnn', 'fedavg_cnn'):
+    builder = functools.partial(
+        architectures.two_conv_cnn, input_shape=x_shape,
+        num_classes=num_classes,
+        **(dict(hidden_units=1024, padding='same') if name == 'ditto_cnn'
+           else dict(hidden_units=512, padding='valid')))
   elif name == 'text_cnn':
     builder = functools.partial(
         architectures.text_cnn,

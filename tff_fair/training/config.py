@@ -27,13 +27,15 @@ DITTO_VARIANTS = ('sequential', 'interleaved')
 LABEL_SKEW_RULES = ('niid_bench', 'cyclic')
 QUANTITY_LARGE_CLIENTS = ('random', 'first')
 KAPPA_SCOPES = ('shared', 'each')
+PERSONAL_ITERATES = ('average', 'last')
 ATTACKS = ('none', 'label_poisoning', 'random_updates', 'model_replacement')
 # The names of tff_fair.data.SOURCE_NAMES (kept here: config imports no TF).
 DATASETS = ('fashion_mnist', 'mnist', 'cifar10', 'femnist', 'shakespeare',
             'sst2', 'digits')
 # The names of tff_fair.models.model_fns.MODEL_NAMES and
 # slimmable_models.MODEL_NAMES (kept here: config imports no TF).
-PLAIN_MODELS = ('lenet', 'cifar_cnn', 'text_cnn', 'char_lstm')
+PLAIN_MODELS = ('lenet', 'cifar_cnn', 'ditto_cnn', 'fedavg_cnn', 'text_cnn',
+                'char_lstm')
 SLIMMABLE_MODELS = ('slimmable_lenet', 'slimmable_cifar_cnn',
                     'slimmable_resnet18', 'slimmable_text_cnn')
 MODELS = PLAIN_MODELS + SLIMMABLE_MODELS
@@ -161,8 +163,13 @@ class RunConfig:
     ditto_lambda: Ditto's lambda for every client (when neither
       ditto_lambda_grid nor ditto_lambdas_file is given).
     ditto_lambda_grid: Comma-separated lambdas; each client picks the one
-      whose personal model has the lowest loss on its validation split the
-      first time it trains (the Ditto paper's heuristic).
+      whose personal model has the lowest loss on its validation split (the
+      Ditto paper's heuristic; candidates train from the client's current
+      personal model), first when it first trains, then again every
+      `ditto_lambda_every` rounds.
+    ditto_lambda_every: With a grid: re-choose a client's lambda when its
+      choice is at least this many rounds old (1: every round it trains,
+      as the reference code's dynamic lambda); 0 chooses once.
     ditto_lambdas_file: JSON file {client_id: lambda} covering every client.
     ditto_variant: 'sequential' (personal epochs after the global ones, both
       from w^t) or 'interleaved' (one personal step per global step, on the
@@ -170,6 +177,10 @@ class RunConfig:
     personal_epochs: Personal-model epochs per round (sequential variant).
     personal_optimizer / personal_learning_rate: Personal-model optimizer
       (a rate of 0: the client learning rate).
+    personal_iterate: The personal model a round keeps: 'average' (the
+      mean of the round's iterates; stable) or 'last' (the last iterate, as
+      the reference code; on skewed clients it can end a round collapsed
+      onto one class).
     attack: One of `ATTACKS` (tff_fair.attacks).
     malicious_fraction: Fraction of clients that attack.
     attack_scale: Update multiplier of 'model_replacement'.
@@ -231,11 +242,13 @@ class RunConfig:
   dp_noise_multiplier: float = 0.1
   ditto_lambda: float = 1.0
   ditto_lambda_grid: str = ''
+  ditto_lambda_every: int = 1
   ditto_lambdas_file: str = ''
   ditto_variant: str = 'sequential'
   personal_epochs: int = 1
   personal_optimizer: str = 'sgd'
   personal_learning_rate: float = 0.0
+  personal_iterate: str = 'average'
   attack: str = 'none'
   malicious_fraction: float = 0.0
   attack_scale: float = 10.0
@@ -260,6 +273,8 @@ class RunConfig:
     _check_choice('personal_optimizer', self.personal_optimizer, OPTIMIZERS)
     _check_choice('aggregator', self.aggregator, AGGREGATORS)
     _check_choice('ditto_variant', self.ditto_variant, DITTO_VARIANTS)
+    _check_choice('personal_iterate', self.personal_iterate,
+                  PERSONAL_ITERATES)
     _check_choice('attack', self.attack, ATTACKS)
     _check_choice('allocation_solver', self.allocation_solver,
                   ALLOCATION_SOLVERS)
@@ -285,7 +300,7 @@ class RunConfig:
       if getattr(self, name) < 1:
         raise ConfigError(f'{name} must be >= 1, got {getattr(self, name)}.')
     for name in ('examples_per_client', 'eval_every', 'seed',
-                 'server_held_out_examples'):
+                 'server_held_out_examples', 'ditto_lambda_every'):
       if getattr(self, name) < 0:
         raise ConfigError(f'{name} must be >= 0, got {getattr(self, name)}.')
     if self.seed > MAX_SEED:
@@ -352,6 +367,11 @@ class RunConfig:
     if self.ditto_lambda_grid and self.ditto_lambdas_file:
       raise ConfigError(
           'Give either ditto_lambda_grid or ditto_lambdas_file, not both.')
+    if self.ditto_lambda_grid and self.validation_fraction == 0:
+      raise ConfigError(
+          'ditto_lambda_grid chooses lambdas by validation loss, but'
+          ' validation_fraction is 0; raise validation_fraction (e.g. 0.1)'
+          ' or give one ditto_lambda.')
     if not 0 <= self.malicious_fraction < 1:
       raise ConfigError(
           f'malicious_fraction must be in [0, 1), got'

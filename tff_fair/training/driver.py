@@ -12,6 +12,9 @@ Output directory layout:
     checkpoints/           tff.program.FileProgramStateManager, one per round
     personal/              Ditto's personal models (tff_fair.state), versioned
                            by round in step with the checkpoints
+    personal_rounds.csv    Ditto: each sampled client's personal step per
+                           round (lambda, training loss and accuracy of the
+                           model it ends with; see personal.RoundLog)
     metrics.csv            per-round release (tff.program.CSVFileReleaseManager)
     tensorboard/           the same values as TensorBoard scalars
     clients_final.csv      per-client test metrics after the last round
@@ -40,6 +43,7 @@ from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
 from tff_fair.algorithms import local_training
 from tff_fair.evaluation import per_client
+from tff_fair.evaluation import statistics
 from tff_fair.runtime import remote
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
@@ -157,9 +161,28 @@ def build_process(
         server_optimizer=server_optimizer,
         personal_optimizer=optimizer(config.personal_optimizer,
                                      config.personal_learning_rate),
-        model_aggregator=aggregator)
+        model_aggregator=aggregator,
+        average_personal_iterates=config.personal_iterate == 'average')
   return fed_avg.build_fed_avg(experiment.model_spec.model_fn,
                                client_optimizer, server_optimizer, aggregator)
+
+
+def choose_lambda(validation_losses: Mapping[float, float]) -> float:
+  """The lambda whose personal model has the lowest validation loss.
+
+  Args:
+    validation_losses: Candidate lambda -> validation loss of the personal
+      model trained with it.
+
+  Returns:
+    The arg-min; a NaN loss (a diverged candidate) never wins, and ties go
+    to the smaller lambda.
+  """
+  if not validation_losses:
+    raise ValueError('choose_lambda needs at least one candidate.')
+  return min(validation_losses, key=lambda lam: (
+      math.inf if math.isnan(validation_losses[lam])
+      else validation_losses[lam], lam))
 
 
 def _flatten(metrics: Any, prefix: str = '') -> dict[str, float]:
@@ -215,6 +238,8 @@ class Trainer:
       self._personal = personal_lib.PersonalModels(
           os.path.join(out, 'personal'),
           experiment.model_spec.initial_weights(config.seed), lambdas)
+      self._personal_log = personal_lib.RoundLog(
+          os.path.join(out, 'personal_rounds.csv'))
     # Created when the run starts: both create files and folders.
     self._state_manager = None
     self._releases = None
@@ -251,21 +276,23 @@ class Trainer:
       state, version = initial, 0
     if self._personal is not None:
       self._personal.open(version)
+      self._personal_log.open(version)
     return state, version
 
   def evaluate(
       self, weights: per_client.WeightsSource, split: str = 'test',
-      plain: bool = False,
+      plain: bool = False, client_ids: Optional[Sequence[str]] = None,
   ) -> dict[str, ClientMetrics]:
     """Per-client metrics of global or per-client `weights` on `split`.
 
     `plain=True` evaluates weights of the architecture without a width
-    input (local training's models).
+    input (local training's models). `client_ids` defaults to every client.
     """
     data = self.experiment.data
     evaluator = self._plain_evaluator if plain else self._evaluator
     return evaluator.evaluate_clients(
-        weights, data.client_ids, lambda cid: data.arrays(cid, split))
+        weights, data.client_ids if client_ids is None else client_ids,
+        lambda cid: data.arrays(cid, split))
 
   def _train_locally(self, initial_weights, epochs: int, tag: int):
     """Per-client models trained from `initial_weights` (one per client).
@@ -335,8 +362,7 @@ class Trainer:
     elif config.algorithm == 'aequa':
       evaluations.update(self._aequa_rewards(global_weights))
     elif config.algorithm == 'ditto':
-      evaluations['personalized'] = self.evaluate(
-          self._personal.lookup(global_weights))
+      evaluations.update(self._personalized_evaluations(global_weights))
     self._write_final(evaluations)
     return RunResult(
         rounds_completed=(0 if config.algorithm == 'standalone'
@@ -346,6 +372,30 @@ class Trainer:
         history=history,
         malicious=self.malicious,
     )
+
+  def _personalized_evaluations(
+      self, global_weights) -> dict[str, dict[str, ClientMetrics]]:
+    """'personalized': the clients that have a personal model.
+
+    A client never sampled has none; it is not scored with the global
+    model as if personalized. When there are such clients, the kind
+    'personalized_or_global' also reports every client with the model it
+    would use (its personal model, else the global one).
+    """
+    ids = self.experiment.data.client_ids
+    trained = set(self._personal.trained_client_ids())
+    lookup = self._personal.lookup(global_weights)
+    evaluations = {'personalized': self.evaluate(
+        lookup, client_ids=[cid for cid in ids if cid in trained])}
+    untrained = [cid for cid in ids if cid not in trained]
+    if untrained:
+      logging.info(
+          '%d of %d clients were never sampled and have no personal model;'
+          ' they are left out of "personalized" and counted in'
+          ' "personalized_or_global" with the global model.',
+          len(untrained), len(ids))
+      evaluations['personalized_or_global'] = self.evaluate(lookup)
+    return evaluations
 
   def _standalone(self, initial_weights) -> dict[str, ClientMetrics]:
     epochs = self.standalone_epochs()
@@ -419,13 +469,23 @@ class Trainer:
                         c.num_clients))
 
   def _personalize(self, state, sampled: Sequence[str], round_num: int,
-                   global_datasets: Sequence[tf.data.Dataset]) -> None:
+                   global_datasets: Sequence[tf.data.Dataset]
+                   ) -> list[dict[str, Any]]:
     """Ditto's personal step for the round's clients, anchored at w^t.
 
-    A client seen for the first time starts from w^t. With a lambda grid, a
-    new client trains one candidate per lambda and keeps the one with the
-    lowest loss on its validation split (the Ditto paper's heuristic); the
-    chosen lambda is stored with its model.
+    A client seen for the first time starts from w^t, later from its own
+    personal model. With a lambda grid, a client whose lambda is due
+    (`lambda_due`: its first round, then every `ditto_lambda_every` rounds)
+    trains one candidate per lambda from that same start and keeps the one
+    with the lowest loss on its validation split (the reference code's
+    `dynamic_lam`); the chosen lambda is stored with its model.
+
+    Returns:
+      One record per sampled client for `personal_rounds.csv`: the lambda,
+      whether it was chosen this round, the mean training loss over the
+      epoch's batches (`train_loss_during`) and the loss and accuracy of the
+      model the round ends with on the client's training data (what it
+      trained on, poisoned labels included) and on its validation split.
     """
     config = self.config
     if config.ditto_variant == 'interleaved':
@@ -438,29 +498,82 @@ class Trainer:
     anchor = self.process.get_model_weights(state)
     jobs = []  # (client, lambda) per personalize input.
     inputs = []
+    due = {cid: self._personal.lambda_due(cid, round_num,
+                                          config.ditto_lambda_every)
+           for cid in sampled}
     for cid, dataset in zip(sampled, datasets):
       start = self._personal.weights(cid)
-      lam = self._personal.lam(cid)
-      candidates = [lam] if lam is not None else self._personal.lambda_grid
+      candidates = (self._personal.lambda_grid if due[cid]
+                    else [self._personal.lam(cid)])
       for candidate in candidates:
         jobs.append((cid, candidate))
         inputs.append(ditto.personal_input(
             dataset, anchor if start is None else start, candidate))
-    outputs = remote.map_clients(self.process.personalize, state, inputs)
-    results = {job: out['personal'] for job, out in zip(jobs, outputs)}
+    outputs = dict(zip(jobs, remote.map_clients(self.process.personalize,
+                                                state, inputs)))
+    data = self.experiment.data
+    has_validation = {cid: data.num_examples(cid, 'validation') > 0
+                      for cid in sampled}
+    candidate_losses = {}
+    chosen_jobs = [job for job in jobs if due[job[0]]]
+    if chosen_jobs:
+      missing = [cid for cid in sampled if due[cid] and
+                 not has_validation[cid]]
+      if missing:
+        raise config_lib.ConfigError(
+            f'ditto_lambda_grid chooses lambdas by validation loss, but'
+            f' client(s) {", ".join(missing[:5])} have no validation'
+            ' examples; raise validation_fraction (or examples_per_client),'
+            ' or give ditto_lambda instead of a grid.')
+      candidate_losses = {
+          job: m.loss for job, m in self._evaluator.evaluate_clients(
+              {job: outputs[job]['personal'] for job in chosen_jobs},
+              chosen_jobs,
+              lambda job: data.arrays(job[0], 'validation')).items()}
     chosen = {}
-    undecided = [cid for cid in sampled if self._personal.lam(cid) is None]
-    if undecided:
-      losses = self._evaluator.evaluate_clients(
-          results, [job for job in jobs if job[0] in undecided],
-          lambda job: self.experiment.data.arrays(job[0], 'validation'))
-      for cid in undecided:
-        best = min(self._personal.lambda_grid,
-                   key=lambda lam, cid=cid: losses[(cid, lam)].loss)
-        chosen[cid] = best
     for cid in sampled:
-      lam = chosen.get(cid, self._personal.lam(cid))
-      self._personal.write(cid, results[(cid, lam)], round_num, lam)
+      if due[cid]:
+        chosen[cid] = choose_lambda({
+            lam: loss for (c, lam), loss in candidate_losses.items()
+            if c == cid})
+      else:
+        chosen[cid] = self._personal.lam(cid)
+    trained = {cid: outputs[(cid, chosen[cid])]['personal']
+               for cid in sampled}
+    on_train = self._evaluator.evaluate_clients(
+        trained, sampled, self._training_arrays)
+    with_validation = [cid for cid in sampled if has_validation[cid]]
+    on_validation = self._evaluator.evaluate_clients(
+        trained, with_validation,
+        lambda cid: data.arrays(cid, 'validation'))
+    records = []
+    for cid in sampled:
+      self._personal.write(cid, trained[cid], round_num, chosen[cid],
+                           lam_round=round_num if due[cid] else None)
+      validation = on_validation.get(cid)
+      records.append({
+          'round': round_num,
+          'client': cid,
+          'malicious': int(cid in self.malicious),
+          'lambda': chosen[cid],
+          'lambda_chosen': int(due[cid]),
+          'train_loss_during': float(outputs[(cid, chosen[cid])]['loss']),
+          'train_loss': on_train[cid].loss,
+          'train_accuracy': on_train[cid].accuracy,
+          'validation_loss': '' if validation is None else validation.loss,
+          'validation_accuracy': ('' if validation is None
+                                  else validation.accuracy),
+      })
+    return records
+
+  def _training_arrays(self, client_id: str) -> tuple[np.ndarray, np.ndarray]:
+    """A client's training split as it trains on it (poisoned labels too)."""
+    x, y = self.experiment.data.arrays(client_id, 'train')
+    if client_id in self._poisoned:
+      y = attacks.poison_labels(y, self.experiment.data.source.num_classes,
+                                self.config.seed,
+                                self._client_index[client_id])
+    return x, y
 
   def _run_rounds(self, state, start_round: int):
     config = self.config
@@ -483,8 +596,11 @@ class Trainer:
                                  config.local_epochs,
                                  poisoned=self._poisoned,
                                  client_index=self._client_index)
+      personal_records = []
       if self._personal is not None:
-        self._personalize(state, sampled, round_num, datasets)
+        # Anchored at w^t: `personalize` reads the state before `next`.
+        personal_records = self._personalize(state, sampled, round_num,
+                                             datasets)
       output = self.process.next(state, [
           fed_avg.client_input(ds, self._client_spec(cid, round_num))
           for cid, ds in zip(sampled, datasets)])
@@ -494,13 +610,18 @@ class Trainer:
           for k, v in _flatten(output.metrics).items()
           if k.startswith('client_work/train/')
       }
-      if config.eval_every and round_num % config.eval_every == 0:
-        released.update(self._round_evaluation(state))
-      released['seconds'] = time.monotonic() - round_start
+      if personal_records:
+        released.update(self._personal_round_statistics(personal_records))
       # Client state, then the checkpoint, then pruning: a kill between any
       # two leaves a consistent pair (see tff_fair.state.client_store).
       if self._personal is not None:
         self._personal.commit(round_num)
+        # Rows of a round without a checkpoint are dropped on resume.
+        self._personal_log.append(personal_records)
+      # After the commit: the round's personal models are the current ones.
+      if config.eval_every and round_num % config.eval_every == 0:
+        released.update(self._round_evaluation(state))
+      released['seconds'] = time.monotonic() - round_start
       asyncio.run(self._state_manager.save(state, round_num))
       if self._personal is not None:
         self._personal.prune(round_num)
@@ -513,12 +634,37 @@ class Trainer:
       eta = (time.monotonic() - started) / done * (config.rounds - round_num)
       test = (f'  test_acc={released["test_accuracy_mean"]:.4f}'
               if 'test_accuracy_mean' in released else '')
+      personal = (
+          f'  personal_train_acc min={released["personal_train_accuracy_min"]:.4f}'
+          if 'personal_train_accuracy_min' in released else '')
       logging.info(
-          'round %d/%d  loss=%.4f  acc=%.4f%s  %.1f s/round  ETA %s',
+          'round %d/%d  loss=%.4f  acc=%.4f%s%s  %.1f s/round  ETA %s',
           round_num, config.rounds, released.get('train_loss', math.nan),
-          released.get('train_accuracy', math.nan), test,
+          released.get('train_accuracy', math.nan), test, personal,
           released['seconds'], _format_duration(eta))
     return state, history
+
+  def _personal_round_statistics(
+      self, records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Released per round: the sampled clients' personal training metrics.
+
+    Of the model each client ends the round with, on its training data, so
+    a collapsed personal model shows (the loss averaged over the epoch's
+    batches does not show it). Benign clients only when an attack is on.
+    """
+    benign = [r for r in records if not r['malicious']]
+    released = {}
+    if not benign:  # Only attackers sampled: nothing to report this round.
+      return released
+    for name in ('train_loss', 'train_accuracy'):
+      stats = statistics.summarize(
+          [r[name] for r in benign], higher_is_better=name != 'train_loss')
+      released[f'personal_{name}_mean'] = stats.mean
+      released[f'personal_{name}_{"max" if name == "train_loss" else "min"}'
+               ] = stats.max if name == 'train_loss' else stats.min
+    released['personal_lambda_mean'] = float(
+        np.mean([r['lambda'] for r in benign]))
+    return released
 
   def _client_spec(self, client_id: str, round_num: int):
     """A client's attack and seed input for one round."""
@@ -532,20 +678,33 @@ class Trainer:
   def _round_evaluation(self, state) -> dict[str, float]:
     """Test statistics of the model(s) a client would use now.
 
-    For Ditto: the personalized models (`test_*`) and the global model
-    (`global_test_*`).
+    For Ditto: the personalized models (`test_*`) of the clients that have
+    one, the global model (`global_test_*`) of every client, and how many
+    clients have no personal model yet (`personal_clients_untrained`).
+    Benign clients only when an attack is on, as the Ditto paper reports.
     """
     global_weights = self.process.get_model_weights(state)
-    models = {'': global_weights}
-    if self._personal is not None:
-      models = {'': self._personal.lookup(global_weights),
-                'global_': global_weights}
+    clients = self._benign(self.experiment.data.client_ids)
+    models = {'': (global_weights, clients)}
     released = {}
-    for prefix, weights in models.items():
-      stats = per_client.summarize_clients(self.evaluate(weights))
+    if self._personal is not None:
+      trained = set(self._personal.trained_client_ids())
+      personalized = [cid for cid in clients if cid in trained]
+      released['personal_clients_untrained'] = float(
+          len(clients) - len(personalized))
+      models = {'global_': (global_weights, clients)}
+      if personalized:
+        models[''] = (self._personal.lookup(global_weights), personalized)
+    for prefix, (weights, ids) in models.items():
+      stats = per_client.summarize_clients(self.evaluate(weights,
+                                                         client_ids=ids))
       released.update(stats['accuracy'].as_dict(f'{prefix}test_accuracy_'))
       released[f'{prefix}test_loss_mean'] = stats['loss'].mean
     return released
+
+  def _benign(self, client_ids: Sequence[str]) -> list[str]:
+    """`client_ids` without the malicious clients."""
+    return [cid for cid in client_ids if cid not in self.malicious]
 
   def _write_final(
       self, evaluations: Mapping[str, Mapping[str, ClientMetrics]]
