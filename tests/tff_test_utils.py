@@ -7,9 +7,28 @@ import subprocess
 import sys
 
 from absl.testing import parameterized
+import numpy as np
 import tensorflow as tf
 
 from tff_fair.runtime import local as local_runtime
+
+
+def tensorboard_values(logdir: str, tag: str) -> dict[int, np.ndarray]:
+  """step -> value of `tag` in the event files of `logdir` (not below it).
+
+  Scalars come back as 0-d arrays, histograms as TensorBoard's (k, 3)
+  buckets of (left edge, right edge, count).
+  """
+  values = {}
+  for name in sorted(os.listdir(logdir)):
+    if 'tfevents' not in name:
+      continue
+    for event in tf.compat.v1.train.summary_iterator(
+        os.path.join(logdir, name)):
+      for value in event.summary.value:
+        if value.tag == tag:
+          values[event.step] = tf.make_ndarray(value.tensor)
+  return values
 
 
 def process_is_running(pid: int) -> bool:

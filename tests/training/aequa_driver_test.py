@@ -32,8 +32,17 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
     with open(path, 'w') as f:
       json.dump(contributions, f)
     run_dir = os.path.join(out, 'run')
-    result = driver.run(_config(run_dir, contributions_file=path))
+    # With per-round evaluation: the slimmable global model at full width.
+    result = driver.run(_config(run_dir, contributions_file=path,
+                                eval_every=1))
     self.assertEqual(set(result.evaluations), {'global', 'aequa'})
+    with open(os.path.join(run_dir, 'metrics.csv')) as f:
+      per_round = list(csv.DictReader(f))
+    self.assertLen(per_round, 8)
+    self.assertAlmostEqual(
+        float(per_round[-1]['test_accuracy_mean']),
+        np.mean([m.accuracy for m in result.evaluations['global'].values()]),
+        places=5)
     with open(os.path.join(run_dir, 'aequa_allocation.csv')) as f:
       rows = {r['client']: r for r in csv.DictReader(f)}
     with open(os.path.join(run_dir, 'width_accuracy.csv')) as f:
@@ -43,6 +52,23 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
     by_contribution = sorted(contributions, key=contributions.get)
     widths = [float(rows[c]['width']) for c in by_contribution]
     self.assertEqual(widths, sorted(widths))  # Monotone in contribution.
+    # The same curve and allocation in TensorBoard.
+    logdir = os.path.join(run_dir, 'tensorboard', 'aequa')
+    tb_curve = tff_test_utils.tensorboard_values(
+        logdir, 'aequa/width_accuracy_test')
+    self.assertEqual(sorted(tb_curve), [25, 50, 75, 100])
+    for width, accuracy in curve.items():
+      self.assertAlmostEqual(float(tb_curve[round(width * 100)]), accuracy,
+                             places=5)
+    tb_contributions = tff_test_utils.tensorboard_values(
+        logdir, 'aequa/contribution_by_rank')
+    tb_widths = tff_test_utils.tensorboard_values(logdir,
+                                                  'aequa/width_by_rank')
+    for rank, cid in enumerate(by_contribution):
+      self.assertAlmostEqual(float(tb_contributions[rank]),
+                             contributions[cid], places=5)
+      self.assertAlmostEqual(float(tb_widths[rank]), float(rows[cid]['width']),
+                             places=5)
     for cid, row in rows.items():
       # The reward is the global model at the client's width.
       self.assertAlmostEqual(float(row['accuracy']),

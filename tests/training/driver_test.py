@@ -48,6 +48,20 @@ class ResumeTest(tff_test_utils.TffTestCase):
     straight = driver.run(_config(straight_dir))
     self.assertEqual(straight.resumed_from_round, 0)
     self.assertLen(straight.history, 4)
+    # Evaluated rounds (eval_every=2) release every client's test accuracy
+    # as a TensorBoard histogram; round 4's is the final evaluation's.
+    histograms = tff_test_utils.tensorboard_values(
+        os.path.join(straight_dir, 'tensorboard'),
+        'test_accuracy_per_client')
+    self.assertEqual(sorted(histograms), [2, 4])
+    buckets = histograms[4]
+    self.assertEqual(buckets[:, 2].sum(), 4)  # One count per client.
+    self.assertAlmostEqual(buckets[0, 0], _accuracies(straight).min(),
+                           places=5)
+    self.assertAlmostEqual(buckets[-1, 1], _accuracies(straight).max(),
+                           places=5)
+    with open(os.path.join(straight_dir, 'metrics.csv')) as f:
+      self.assertNotIn('per_client', f.readline())  # Arrays: TensorBoard only.
 
     split_dir = self.create_tempdir().full_path
     first = driver.run(_config(split_dir, rounds=2))

@@ -242,7 +242,8 @@ class Trainer:
           os.path.join(out, 'personal_rounds.csv'))
     # Created when the run starts: both create files and folders.
     self._state_manager = None
-    self._releases = None
+    self._csv_release = None
+    self._tensorboard = None
 
   def _initial_state(self):
     state = self.process.initialize()
@@ -455,6 +456,8 @@ class Trainer:
         solver=config.allocation_solver,
         annealing_iterations=config.annealing_iterations, seed=config.seed)
     rewards_lib.write_tables(rewards, config.output_dir)
+    rewards_lib.write_tensorboard(
+        rewards, os.path.join(config.output_dir, 'tensorboard', 'aequa'))
     evaluations['aequa'] = dict(rewards.metrics)
     return evaluations
 
@@ -577,14 +580,12 @@ class Trainer:
 
   def _run_rounds(self, state, start_round: int):
     config = self.config
-    if self._releases is None:
+    if self._csv_release is None:
       out = config.output_dir
-      self._releases = [
-          tff.program.CSVFileReleaseManager(
-              os.path.join(out, 'metrics.csv'), key_fieldname='round'),
-          tff.program.TensorBoardReleaseManager(
-              os.path.join(out, 'tensorboard')),
-      ]
+      self._csv_release = tff.program.CSVFileReleaseManager(
+          os.path.join(out, 'metrics.csv'), key_fieldname='round')
+      self._tensorboard = tff.program.TensorBoardReleaseManager(
+          os.path.join(out, 'tensorboard'))
     history = []
     started = time.monotonic()
     for round_num in range(start_round + 1, config.rounds + 1):
@@ -619,16 +620,20 @@ class Trainer:
         # Rows of a round without a checkpoint are dropped on resume.
         self._personal_log.append(personal_records)
       # After the commit: the round's personal models are the current ones.
+      per_client_values = {}
       if config.eval_every and round_num % config.eval_every == 0:
-        released.update(self._round_evaluation(state))
+        statistics, per_client_values = self._round_evaluation(state)
+        released.update(statistics)
       released['seconds'] = time.monotonic() - round_start
       asyncio.run(self._state_manager.save(state, round_num))
       if self._personal is not None:
         self._personal.prune(round_num)
       # A release for a round that has no checkpoint is overwritten when
       # that round runs again after a resume.
-      for manager in self._releases:
-        asyncio.run(manager.release(released, key=round_num))
+      asyncio.run(self._csv_release.release(released, key=round_num))
+      # Arrays become TensorBoard histograms: fairness as a distribution.
+      asyncio.run(self._tensorboard.release(
+          {**released, **per_client_values}, key=round_num))
       history.append(released)
       done = round_num - start_round
       eta = (time.monotonic() - started) / done * (config.rounds - round_num)
@@ -675,13 +680,18 @@ class Trainer:
         seed=shuffle_seed(self.config.seed, round_num, 0, stream=2),
         client_index=self._client_index[client_id])
 
-  def _round_evaluation(self, state) -> dict[str, float]:
+  def _round_evaluation(
+      self, state) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """Test statistics of the model(s) a client would use now.
 
     For Ditto: the personalized models (`test_*`) of the clients that have
     one, the global model (`global_test_*`) of every client, and how many
     clients have no personal model yet (`personal_clients_untrained`).
     Benign clients only when an attack is on, as the Ditto paper reports.
+
+    Returns:
+      (statistics over clients, per-client test accuracies as arrays named
+      `[global_]test_accuracy_per_client`).
     """
     global_weights = self.process.get_model_weights(state)
     clients = self._benign(self.experiment.data.client_ids)
@@ -695,12 +705,15 @@ class Trainer:
       models = {'global_': (global_weights, clients)}
       if personalized:
         models[''] = (self._personal.lookup(global_weights), personalized)
+    per_client_values = {}
     for prefix, (weights, ids) in models.items():
-      stats = per_client.summarize_clients(self.evaluate(weights,
-                                                         client_ids=ids))
+      metrics = self.evaluate(weights, client_ids=ids)
+      stats = per_client.summarize_clients(metrics)
       released.update(stats['accuracy'].as_dict(f'{prefix}test_accuracy_'))
       released[f'{prefix}test_loss_mean'] = stats['loss'].mean
-    return released
+      per_client_values[f'{prefix}test_accuracy_per_client'] = np.array(
+          [m.accuracy for m in metrics.values()], np.float32)
+    return released, per_client_values
 
   def _benign(self, client_ids: Sequence[str]) -> list[str]:
     """`client_ids` without the malicious clients."""

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 
 from absl import logging
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fair.evaluation import per_client
@@ -160,6 +161,40 @@ def _best_width_for_all(
       mean_gain=float(gain.mean()), gain_variance=float(gain.var()),
       ir_infeasible=tuple(int(i) for i in np.flatnonzero(gain < 0)),
       solver='best_width_for_all', cost_name='none')
+
+
+def write_tensorboard(rewards: Rewards, logdir: str) -> None:
+  """The allocation as TensorBoard scalars, to look at rather than read.
+
+  `aequa/width_accuracy_{held_out,test}` is the width-accuracy curve, its
+  step the width in percent. `aequa/{contribution,width,reward_accuracy}
+  _by_rank` put each client's contribution beside its reward, clients
+  ordered by contribution (step 0: the smallest); reward_accuracy is the
+  rewarded model's accuracy on the reward test set.
+
+  Args:
+    rewards: The result of `assign_rewards`.
+    logdir: The TensorBoard run folder to write.
+  """
+  order = sorted(range(len(rewards.client_ids)),
+                 key=lambda i: rewards.contributions[rewards.client_ids[i]])
+  writer = tf.summary.create_file_writer(logdir)
+  with writer.as_default():
+    for width, held_out, test in zip(rewards.widths, rewards.curve,
+                                     rewards.test_curve):
+      step = int(round(width * 100))
+      tf.summary.scalar('aequa/width_accuracy_held_out', held_out, step=step)
+      tf.summary.scalar('aequa/width_accuracy_test', test, step=step)
+    for rank, i in enumerate(order):
+      cid = rewards.client_ids[i]
+      tf.summary.scalar('aequa/contribution_by_rank',
+                        rewards.contributions[cid], step=rank)
+      tf.summary.scalar('aequa/width_by_rank',
+                        rewards.allocation.width[i], step=rank)
+      tf.summary.scalar(
+          'aequa/reward_accuracy_by_rank',
+          rewards.test_curve[rewards.allocation.level[i]], step=rank)
+  writer.close()
 
 
 def write_tables(rewards: Rewards, output_dir: str) -> None:
