@@ -57,6 +57,13 @@ def module_command(module: str, **flags) -> list[str]:
                                            for k, v in flags.items()]
 
 
+def run_module(args: list[str], timeout: float = 600
+               ) -> subprocess.CompletedProcess:
+  """Runs a `module_command` to its end; its output captured as text."""
+  return subprocess.run(args, capture_output=True, text=True,
+                        env=subprocess_env(), timeout=timeout, check=False)
+
+
 def start_worker(port: int, timeout_seconds: float = 60.0
                  ) -> subprocess.Popen:
   """Starts `programs.worker` on `port` and waits until it accepts calls."""

@@ -10,26 +10,12 @@ directory.
 import json
 import os
 import shutil
-import subprocess
 
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from tests import snapshot as snapshot_lib
 from tests import tff_test_utils
-
-
-def snapshot(path):
-  """Every file's bytes and every folder under `path` (None if absent)."""
-  if not os.path.exists(path):
-    return None
-  tree = {}
-  for root, dirs, names in os.walk(path):
-    for name in dirs:
-      tree[os.path.relpath(os.path.join(root, name), path)] = 'dir'
-    for name in names:
-      with open(os.path.join(root, name), 'rb') as f:
-        tree[os.path.relpath(os.path.join(root, name), path)] = f.read()
-  return tree
 
 
 def _flags(output_dir, **overrides):
@@ -40,12 +26,6 @@ def _flags(output_dir, **overrides):
       seed=3, eval_every=0, output_dir=output_dir)
   flags.update(overrides)
   return tff_test_utils.module_command('programs.train', **flags)
-
-
-def _run(args, timeout=600):
-  return subprocess.run(args, capture_output=True, text=True,
-                        env=tff_test_utils.subprocess_env(),
-                        timeout=timeout, check=False)
 
 
 def _errors(stderr):
@@ -72,7 +52,7 @@ class BadInputsThroughTheProgramTest(parameterized.TestCase):
   )
   def test_exit_2_with_one_message(self, overrides, keywords):
     out = os.path.join(self.create_tempdir().full_path, 'run')
-    result = _run(_flags(out, **overrides))
+    result = tff_test_utils.run_module(_flags(out, **overrides))
     self.assertEqual(result.returncode, 2, result.stderr[-3000:])
     self.assertNotIn('Traceback', result.stderr)
     self.assertNotIn('round 1/', result.stderr)
@@ -84,7 +64,7 @@ class BadInputsThroughTheProgramTest(parameterized.TestCase):
 
   def test_output_dir_that_is_a_file(self):
     path = self.create_tempfile(content='mine').full_path
-    result = _run(_flags(path))
+    result = tff_test_utils.run_module(_flags(path))
     self.assertEqual(result.returncode, 2, result.stderr[-3000:])
     self.assertIn('is a file, not a directory', result.stderr)
     self.assertNotIn('Traceback', result.stderr)
@@ -101,7 +81,7 @@ class DamagedRunDirectoryTest(absltest.TestCase):
     cls.root = absltest.get_default_test_tmpdir()
     cls.finished = os.path.join(cls.root, 'finished')
     shutil.rmtree(cls.finished, ignore_errors=True)
-    result = _run(_flags(cls.finished))
+    result = tff_test_utils.run_module(_flags(cls.finished))
     if result.returncode:
       raise AssertionError(result.stderr[-3000:])
     with open(os.path.join(cls.finished, 'summary.json')) as f:
@@ -114,7 +94,7 @@ class DamagedRunDirectoryTest(absltest.TestCase):
 
   def test_finished_run_only_re_evaluates(self):
     out = self._copy()
-    result = _run(_flags(out))
+    result = tff_test_utils.run_module(_flags(out))
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     self.assertIn('ends the run; re-evaluating only', result.stderr)
     self.assertNotIn('continuing at round 3', result.stderr)
@@ -122,12 +102,12 @@ class DamagedRunDirectoryTest(absltest.TestCase):
   def test_missing_checkpoints_are_refused(self):
     out = self._copy()
     shutil.rmtree(os.path.join(out, 'checkpoints'))
-    before = snapshot(out)
-    result = _run(_flags(out))
+    before = snapshot_lib.snapshot(out)
+    result = tff_test_utils.run_module(_flags(out))
     self.assertEqual(result.returncode, 2, result.stderr[-3000:])
     self.assertIn('whose checkpoints are missing', result.stderr)
     self.assertIn('--start_over', result.stderr)
-    self.assertEqual(snapshot(out), before)
+    self.assertEqual(snapshot_lib.snapshot(out), before)
 
   def test_damaged_latest_checkpoint_named_then_fallback(self):
     out = self._copy()
@@ -135,22 +115,22 @@ class DamagedRunDirectoryTest(absltest.TestCase):
     data = os.path.join(latest, 'variables',
                         'variables.data-00000-of-00001')
     os.truncate(data, 1000)  # A truncated checkpoint.
-    before = snapshot(out)
-    result = _run(_flags(out))
+    before = snapshot_lib.snapshot(out)
+    result = tff_test_utils.run_module(_flags(out))
     self.assertEqual(result.returncode, 2, result.stderr[-3000:])
     self.assertIn(f'The latest checkpoint {latest} (round 2) is damaged',
                   result.stderr)
     self.assertIn('--checkpoint_fallback', result.stderr)
     self.assertNotIn('Traceback', result.stderr)
-    self.assertEqual(snapshot(out), before)
+    self.assertEqual(snapshot_lib.snapshot(out), before)
 
     with open(os.path.join(latest, 'saved_model.pb'), 'w'):
       pass  # An emptied one.
-    result = _run(_flags(out))
+    result = tff_test_utils.run_module(_flags(out))
     self.assertEqual(result.returncode, 2, result.stderr[-3000:])
     self.assertIn(f'{latest} (round 2) is damaged', result.stderr)
 
-    result = _run(_flags(out, checkpoint_fallback=True))
+    result = tff_test_utils.run_module(_flags(out, checkpoint_fallback=True))
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     self.assertIn('Resuming from the checkpoint of round 1', result.stderr)
     self.assertTrue(os.path.isdir(latest + '_damaged'))

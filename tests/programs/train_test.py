@@ -23,12 +23,6 @@ def _flags(output_dir, **overrides):
   return tff_test_utils.module_command('programs.train', **flags)
 
 
-def _run(args, timeout=300):
-  return subprocess.run(args, capture_output=True, text=True,
-                        env=tff_test_utils.subprocess_env(),
-                        timeout=timeout, check=False)
-
-
 def _summary(output_dir):
   with open(os.path.join(output_dir, 'summary.json')) as f:
     return json.load(f)
@@ -43,7 +37,7 @@ class TrainProgramTest(absltest.TestCase):
 
   def test_killed_run_resumes_and_matches_uninterrupted_run(self):
     straight_dir = self.create_tempdir().full_path
-    straight = _run(_flags(straight_dir))
+    straight = tff_test_utils.run_module(_flags(straight_dir))
     self.assertEqual(straight.returncode, 0, straight.stderr[-3000:])
     progress = re.findall(r'round (\d)/4  loss=[\d.]+  acc=[\d.]+  '
                           r'[\d.]+ s/round  ETA \d+:\d\d:\d\d',
@@ -70,7 +64,7 @@ class TrainProgramTest(absltest.TestCase):
     self.assertFalse(any(map(tff_test_utils.process_is_running, workers)),
                      'a TFF worker outlived the killed program')
 
-    resumed = _run(_flags(killed_dir))
+    resumed = tff_test_utils.run_module(_flags(killed_dir))
     self.assertEqual(resumed.returncode, 0, resumed.stderr[-3000:])
     match = re.search(r'Resuming from the checkpoint of round (\d)',
                       resumed.stderr)
@@ -87,13 +81,13 @@ class TrainProgramTest(absltest.TestCase):
 
   def test_other_configuration_is_refused_and_run_kept(self):
     out = self.create_tempdir().full_path
-    first = _run(_flags(out, rounds=1))
+    first = tff_test_utils.run_module(_flags(out, rounds=1))
     self.assertEqual(first.returncode, 0, first.stderr[-3000:])
     with open(os.path.join(out, 'config.json')) as f:
       saved = f.read()
     checkpoints = sorted(os.listdir(os.path.join(out, 'checkpoints')))
 
-    other = _run(_flags(out, rounds=1, num_clients=5, seed=4))
+    other = tff_test_utils.run_module(_flags(out, rounds=1, num_clients=5, seed=4))
     self.assertEqual(other.returncode, 2)
     self.assertIn('num_clients: saved run has 4, this run asks 5',
                   other.stderr)
@@ -119,7 +113,7 @@ class TrainProgramTest(absltest.TestCase):
     ]
     for i, (overrides, message) in enumerate(cases):
       run_dir = os.path.join(out, f'run{i}')
-      result = _run(_flags(run_dir, **overrides))
+      result = tff_test_utils.run_module(_flags(run_dir, **overrides))
       self.assertEqual(result.returncode, 2, (overrides, result.stderr[-2000:]))
       self.assertIn(message, result.stderr, overrides)
       self.assertNotIn('Traceback', result.stderr, overrides)

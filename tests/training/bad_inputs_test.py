@@ -18,6 +18,7 @@ from unittest import mock
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from tests import snapshot as snapshot_lib
 from tff_fair import errors
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
@@ -51,23 +52,6 @@ def _saved_config(out, **overrides):
 
 def _checkpoint(out, round_num):
   os.makedirs(os.path.join(out, 'checkpoints', f'program_state_{round_num}'))
-
-
-def snapshot(path):
-  """Every file's bytes and every folder under `path` (None if absent)."""
-  if not os.path.exists(path):
-    return None
-  if not os.path.isdir(path):
-    with open(path, 'rb') as f:
-      return f.read()
-  tree = {}
-  for root, dirs, names in os.walk(path):
-    for name in dirs:
-      tree[os.path.relpath(os.path.join(root, name), path)] = 'dir'
-    for name in names:
-      with open(os.path.join(root, name), 'rb') as f:
-        tree[os.path.relpath(os.path.join(root, name), path)] = f.read()
-  return tree
 
 
 _BASE = dict(dataset='digits', partition='dirichlet', alpha=0.5,
@@ -211,7 +195,7 @@ class BadInputsTest(parameterized.TestCase):
       more = setup(out, files)
       if isinstance(more, dict):
         values.update(more)
-    before = snapshot(values['output_dir'])
+    before = snapshot_lib.snapshot(values['output_dir'])
     start = time.monotonic()
     with self.assertRaises(errors.UserError) as raised:
       config = config_lib.RunConfig(**values)
@@ -223,7 +207,7 @@ class BadInputsTest(parameterized.TestCase):
     if 'other settings' not in message:  # That one lists each setting.
       self.assertNotIn('\n', message)
     self.assertLess(seconds, _MAX_SECONDS)
-    self.assertEqual(snapshot(values['output_dir']), before)
+    self.assertEqual(snapshot_lib.snapshot(values['output_dir']), before)
 
   def test_read_only_file_system(self):
     out = self.create_tempdir().full_path
