@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tests import real_data
 from tests import tff_test_utils
 from tff_fair.algorithms import ditto
 from tff_fair.evaluation import per_client
@@ -32,21 +33,28 @@ _CLIENTS = ('client_0002', 'client_0013')  # Their last iterates collapsed.
 _ROUNDS = 12
 
 
-def _config(**overrides):
+_MNIST_FILES = ('mnist/t10k-images-idx3-ubyte.gz',
+                'mnist/t10k-labels-idx1-ubyte.gz')
+
+
+def _config(data_dir: str, **overrides):
   # The command; everything else (lr, batch, lambda, iterate) is
   # the default a new user gets.
   return config_lib.RunConfig(
       algorithm='ditto', dataset='mnist', partition='dirichlet', alpha=0.3,
       num_clients=15, clients_per_round=15, seed=7, output_dir='unused',
-      data_dir=tff_test_utils.data_dir(), **overrides)
+      data_dir=data_dir, **overrides)
 
 
 class PersonalStabilityTest(tff_test_utils.TffTestCase):
 
   @classmethod
   def setUpClass(cls):
+    # Skips the class, by name, where the MNIST files are absent (before a
+    # worker is started: tearDownClass does not run after a skip).
+    cls.data_dir = real_data.data_dir_with(*_MNIST_FILES)
     super().setUpClass()
-    cls.experiment = experiment_lib.build_experiment(_config())
+    cls.experiment = experiment_lib.build_experiment(_config(cls.data_dir))
     data = cls.experiment.data
     spec = cls.experiment.model_spec
     # A good global model (about 0.95 accuracy): two epochs of SGD on every
@@ -92,14 +100,15 @@ class PersonalStabilityTest(tff_test_utils.TffTestCase):
     return curves
 
   def test_default_personal_models_do_not_collapse(self):
-    curves = self._train_accuracies(_config())
+    curves = self._train_accuracies(_config(self.data_dir))
     for cid, curve in curves.items():
       # From round 3 on, never far below a model that fits the client.
       self.assertGreater(min(curve[2:]), 0.85, (cid, np.round(curve, 3)))
 
   def test_last_iterate_collapses(self):
     # The control: the reference's last iterate, same data and steps.
-    curves = self._train_accuracies(_config(personal_iterate='last'))
+    curves = self._train_accuracies(_config(self.data_dir,
+                                            personal_iterate='last'))
     worst = min(min(curve[2:]) for curve in curves.values())
     self.assertLess(worst, 0.7, {c: np.round(v, 3) for c, v in
                                  curves.items()})
