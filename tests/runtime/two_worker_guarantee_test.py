@@ -43,31 +43,26 @@ class TwoWorkerGuaranteeTest(absltest.TestCase):
       return driver.run(config)
 
   def test_repeatable_and_resumable_on_the_same_workers(self):
-    first_dir = self.create_tempdir().full_path
-    first = self._run(_ROUNDS, first_dir)
-    second = self._run(_ROUNDS, self.create_tempdir().full_path)
+    first = self._run(_ROUNDS, self.create_tempdir().full_path)
     split_dir = self.create_tempdir().full_path
-    self._run(_ROUNDS // 2, split_dir)
+    interrupted = self._run(_ROUNDS // 2, split_dir)
     resumed = self._run(_ROUNDS, split_dir)
     self.assertEqual(resumed.resumed_from_round, _ROUNDS // 2)
 
-    def losses(result):
-      return [h['train_loss'] for h in result.history]
+    def losses(*results):
+      return [h['train_loss'] for r in results for h in r.history]
 
     self.assertLen(first.history, _ROUNDS)
-    # Exactly equal, not to a tolerance: the guarantee is determinism.
-    self.assertEqual(losses(first), losses(second))
-    self.assertEqual(losses(first)[_ROUNDS // 2:], losses(resumed))
+    # Exactly equal, not to a tolerance: rounds 1-5 repeat the same command
+    # on the same workers, rounds 6-10 come from a resumed run.
+    self.assertEqual(losses(first), losses(interrupted, resumed))
     for kind in ('global', 'personalized'):
-      for other in (second, resumed):
-        np.testing.assert_array_equal(
-            [m.accuracy for m in first.evaluations[kind].values()],
-            [m.accuracy for m in other.evaluations[kind].values()],
-            err_msg=kind)
-    # And the run learned something: no guarantee of equal numbers over
-    # nothing.
+      np.testing.assert_array_equal(
+          [m.accuracy for m in first.evaluations[kind].values()],
+          [m.accuracy for m in resumed.evaluations[kind].values()],
+          err_msg=kind)
+    # And the run learned something: equal numbers of nothing prove nothing.
     self.assertLess(losses(first)[-1], losses(first)[0])
-
 
 if __name__ == '__main__':
   absltest.main()
