@@ -8,13 +8,17 @@ buries the one progress line per round. Importing TFF installs a root
 import logging
 import os
 
-_OWN_PATHS = (os.sep + 'tff_fair' + os.sep, os.sep + 'programs' + os.sep,
-              os.sep + 'benchmarks' + os.sep)
+# The folders of our own code, as full paths: a checkout is often itself
+# called tff_fair, and its .venv (TFF's own modules) sits inside it.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+_OWN_DIRS = tuple(os.path.join(_ROOT, name) + os.sep
+                  for name in ('tff_fair', 'programs', 'benchmarks'))
 
 
 def _keep(record: logging.LogRecord) -> bool:
-  return record.levelno >= logging.WARNING or any(
-      part in record.pathname for part in _OWN_PATHS)
+  return (record.levelno >= logging.WARNING or
+          os.path.abspath(record.pathname).startswith(_OWN_DIRS))
 
 
 def keep_info_logs_of_tff_fair_only() -> None:
