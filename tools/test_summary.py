@@ -11,6 +11,7 @@ crash, a timeout, a build error) counts as one failed case, so a broken
 target can never hide.
 """
 
+import glob
 import os
 import sys
 import xml.etree.ElementTree as ElementTree
@@ -43,10 +44,13 @@ def main(testlogs: str, results_file: str) -> int:
     results = [line.split() for line in f if line.strip()]
   for label, status in results:
     package, _, name = label.lstrip('/').partition(':')
-    xml_path = os.path.join(testlogs, package, name, 'test.xml')
+    target_dir = os.path.join(testlogs, package, name)
+    # One test.xml, or one per shard (shard_1_of_2/test.xml, ...).
+    xml_paths = sorted(glob.glob(os.path.join(target_dir, 'test.xml')) +
+                       glob.glob(os.path.join(target_dir, 'shard_*',
+                                              'test.xml')))
     target_counts = {'pass': 0, 'fail': 0, 'skip': 0}
-    # A target that did not run this time may have an old XML: ignore it.
-    if status == 'pass' or os.path.exists(xml_path):
+    for xml_path in xml_paths:
       for case, outcome in _cases(xml_path):
         target_counts[outcome] += 1
         if outcome == 'skip':

@@ -68,6 +68,8 @@ class ResumeTest(tff_test_utils.TffTestCase):
     self.assertLen(first.history, 2)
     resumed = driver.run(_config(split_dir, rounds=4))
     self.assertEqual(resumed.resumed_from_round, 2)
+    # config.json describes the extended run, not the first invocation.
+    self.assertEqual(config_lib.load_saved(split_dir)['rounds'], 4)
     self.assertLen(resumed.history, 2)  # Only rounds 3 and 4 ran again.
 
     self.assertAllClose(_losses(resumed), _losses(straight), rtol=1e-4)

@@ -41,16 +41,6 @@ class InspectTest(absltest.TestCase):
     with self.assertRaisesRegex(run_dir.RunDirError, 'past rounds=4'):
       run_dir.inspect(config_lib.RunConfig(output_dir=out, rounds=4))
 
-  def test_extended_run_records_its_new_settings(self):
-    out = self.create_tempdir().full_path
-    config_lib.save_if_new(_config(out))
-    _checkpoints(out, 0, 5)
-    extended = config_lib.RunConfig(output_dir=out, rounds=8,
-                                    width_step=0.05)
-    run_dir.inspect(extended).apply()
-    saved = config_lib.load_saved(out)
-    self.assertEqual((saved['rounds'], saved['width_step']), (8, 0.05))
-
   def test_apply_removes_interrupted_checkpoint_writes_only(self):
     out = self.create_tempdir().full_path
     config_lib.save_if_new(_config(out))

@@ -336,6 +336,10 @@ class Trainer:
           f'{config.output_dir} holds a checkpoint of round {start_round},'
           f' past rounds={config.rounds}; ask for at least {start_round}'
           ' rounds, or use a new --output_dir.')
+    # The run goes on: config.json records this invocation's settings (more
+    # --rounds, another width_step or solver; only settings that may change
+    # on resumption can differ by now), so it describes the outputs beside it.
+    config_lib.save_if_new(config, replace=True)
     if start_round >= config.rounds and config.algorithm != 'standalone':
       logging.info(
           'The checkpoint of round %d in %s ends the run; re-evaluating'

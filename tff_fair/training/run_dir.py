@@ -81,10 +81,8 @@ class Plan:
       logging.info('%s holds the config.json of a start that never reached'
                    ' its first checkpoint; replacing it.', out)
     remove_checkpoint_leftovers(out)
-    # A resumed run records its settings too (more --rounds, another
-    # width_step or solver): config.json describes the outputs beside it.
-    # Only settings that may change on resumption can differ by now.
-    config_lib.save_if_new(self.config, replace=True)
+    config_lib.save_if_new(self.config,
+                           replace=self.kind in ('unstarted', 'start_over'))
 
 
 def checkpoint_dir(output_dir: str) -> str:
