@@ -25,7 +25,8 @@ def _cases(xml_path: str):
     return
   for case in root.iter('testcase'):
     name = f"{case.get('classname', '').split('.')[-1]}.{case.get('name')}"
-    if case.get('name') == 'test_session' and case.get('result') == 'suppressed':
+    if (case.get('name') == 'test_session' and
+        case.get('result') == 'suppressed'):
       # tf.test.TestCase's deprecated `test_session` method: always
       # "skipped (Not a test.)", it is no test of ours.
       continue

@@ -87,7 +87,8 @@ class TrainProgramTest(absltest.TestCase):
       saved = f.read()
     checkpoints = sorted(os.listdir(os.path.join(out, 'checkpoints')))
 
-    other = tff_test_utils.run_module(_flags(out, rounds=1, num_clients=5, seed=4))
+    other = tff_test_utils.run_module(
+        _flags(out, rounds=1, num_clients=5, seed=4))
     self.assertEqual(other.returncode, 2)
     self.assertIn('num_clients: saved run has 4, this run asks 5',
                   other.stderr)
