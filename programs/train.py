@@ -26,7 +26,6 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from tff_fair import data as data_lib
 from tff_fair import errors
 from tff_fair.runtime import execution
 from tff_fair.runtime import remote
@@ -195,11 +194,9 @@ flags.mark_flag_as_required('output_dir')
 FLAGS = flags.FLAGS
 
 # The one map from error types to exit statuses (first match wins). Every
-# error a user can fix is an `errors.UserError`; PartitionError is listed
-# for the data layer's direct callers (build_experiment wraps it).
+# error a user can fix is an `errors.UserError`.
 EXIT_CODES = (
     (errors.UserError, 2),
-    (data_lib.PartitionError, 2),
     (remote.WorkerUnavailableError, 3),
 )
 USAGE_EXIT_CODE = 2

@@ -68,9 +68,13 @@ class ClientStateStoreTest(absltest.TestCase):
     self.store.open(0)
     self._round(1, {'a': 1.0, 'b': 1.0})
     self._round(2, {'a': 2.0})
+    self.assertEqual(client_store.committed_versions(self.root), [1, 2])
     self.store.prune(2, updated=['a'])
     manifests = os.listdir(os.path.join(self.root, 'manifests'))
     self.assertEqual(manifests, ['v2.json'])
+    self.assertEqual(client_store.committed_versions(self.root), [2])
+    self.assertEqual(client_store.committed_versions(
+        os.path.join(self.root, 'absent')), [])
     files = sorted(
         name for _, _, names in os.walk(os.path.join(self.root, 'clients'))
         for name in names)

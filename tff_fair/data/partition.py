@@ -41,11 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from tff_fair import errors
+
 DIRICHLET_MIN_SIZE = 10
 DIRICHLET_MAX_ATTEMPTS = 1000
 
 
-class PartitionError(ValueError):
+class PartitionError(errors.UserError, ValueError):
   """A partition is impossible with the given data and parameters."""
 
 

@@ -51,6 +51,19 @@ class ClientStateError(errors.UserError, RuntimeError):
   """A stored client state is missing, damaged or of the wrong kind."""
 
 
+def committed_versions(root: str) -> list[int]:
+  """The versions (rounds) with a manifest under `root`, ascending.
+
+  Reads the folder only; an absent store has none.
+  """
+  try:
+    names = os.listdir(os.path.join(root, 'manifests'))
+  except (FileNotFoundError, NotADirectoryError):
+    return []
+  return sorted(int(m.group(1)) for m in map(_MANIFEST_PATTERN.match, names)
+                if m)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Entry:
   version: int
@@ -235,10 +248,9 @@ class ClientStateStore:
     the superseded files go. Clients not written keep their files (they are
     still current), so a round costs work only for its own clients.
     """
-    for name in os.listdir(os.path.join(self._root, 'manifests')):
-      match = _MANIFEST_PATTERN.match(name)
-      if match and int(match.group(1)) < version:
-        os.remove(os.path.join(self._root, 'manifests', name))
+    for old in committed_versions(self._root):
+      if old < version:
+        os.remove(self._manifest(old))
     for client_id in updated:
       keep = self._entries[client_id].version
       directory = os.path.dirname(self._file(client_id, keep))

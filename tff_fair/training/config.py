@@ -44,7 +44,6 @@ MODELS = PLAIN_MODELS + SLIMMABLE_MODELS
 MAX_SEED = (2**63 - 1) // 1000 - 1
 
 
-
 @dataclasses.dataclass(frozen=True)
 class DatasetDefaults:
   """What a run on one data set gets for the settings left unset.
@@ -70,7 +69,6 @@ DATASET_DEFAULTS = {
     'sst2': DatasetDefaults('text_cnn', 1.0, 32),
     'shakespeare': DatasetDefaults('char_lstm', 1.0, 4),
 }
-
 
 
 def dataset_defaults_help(field: str) -> str:

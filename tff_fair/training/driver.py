@@ -45,6 +45,7 @@ from tff_fair.algorithms import local_training
 from tff_fair.evaluation import per_client
 from tff_fair.evaluation import statistics
 from tff_fair.runtime import remote
+from tff_fair.state import client_store
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
 from tff_fair.training import files
@@ -93,6 +94,18 @@ def shuffle_seed(seed: int, round_num: int, client_index: int,
              .integers(0, 2**31 - 1))
 
 
+def training_arrays(
+    experiment: experiment_lib.Experiment, client_id: str,
+    poisoned: frozenset[str], client_index: Mapping[str, int],
+) -> tuple[np.ndarray, np.ndarray]:
+  """A client's training split as it trains on it (attack A1's labels too)."""
+  x, y = experiment.data.arrays(client_id, 'train')
+  if client_id in poisoned:
+    y = attacks.poison_labels(y, experiment.data.source.num_classes,
+                              experiment.config.seed, client_index[client_id])
+  return x, y
+
+
 def client_datasets(
     experiment: experiment_lib.Experiment,
     client_ids: Sequence[str],
@@ -124,10 +137,7 @@ def client_datasets(
   index = client_index or {cid: i for i, cid in enumerate(data.client_ids)}
   datasets = []
   for cid in client_ids:
-    x, y = data.arrays(cid, 'train')
-    if cid in poisoned:
-      y = attacks.poison_labels(y, data.source.num_classes, config.seed,
-                                index[cid])
+    x, y = training_arrays(experiment, cid, poisoned, index)
     ds = tf.data.Dataset.from_tensor_slices(
         collections.OrderedDict(x=x, y=y)).shuffle(
             len(y), seed=shuffle_seed(config.seed, round_num, index[cid],
@@ -236,7 +246,7 @@ class Trainer:
       else:
         lambdas = config.lambda_grid() or config.ditto_lambda
       self._personal = personal_lib.PersonalModels(
-          os.path.join(out, 'personal'),
+          os.path.join(out, run_dir.PERSONAL),
           experiment.model_spec.initial_weights(config.seed), lambdas)
       self._personal_log = personal_lib.RoundLog(
           os.path.join(out, 'personal_rounds.csv'))
@@ -262,9 +272,12 @@ class Trainer:
     self._state_manager = tff.program.FileProgramStateManager(
         run_dir.checkpoint_dir(out), keep_total=3, keep_first=True)
 
+    personal_versions = set(client_store.committed_versions(
+        os.path.join(out, run_dir.PERSONAL)))
+
     def personal_kept(version: int):
-      manifest = os.path.join(out, 'personal', 'manifests', f'v{version}.json')
-      if self._personal is None or not version or os.path.exists(manifest):
+      if (self._personal is None or not version
+          or version in personal_versions):
         return None
       return 'its personal models were not kept'
 
@@ -519,19 +532,11 @@ class Trainer:
     outputs = dict(zip(jobs, remote.map_clients(self.process.personalize,
                                                 state, inputs)))
     data = self.experiment.data
-    has_validation = {cid: data.num_examples(cid, 'validation') > 0
-                      for cid in sampled}
     candidate_losses = {}
     chosen_jobs = [job for job in jobs if due[job[0]]]
     if chosen_jobs:
-      missing = [cid for cid in sampled if due[cid] and
-                 not has_validation[cid]]
-      if missing:
-        raise config_lib.ConfigError(
-            f'ditto_lambda_grid chooses lambdas by validation loss, but'
-            f' client(s) {", ".join(missing[:5])} have no validation'
-            ' examples; raise validation_fraction (or examples_per_client),'
-            ' or give ditto_lambda instead of a grid.')
+      # Every client has validation examples here: with a grid,
+      # experiment.check_splits refuses a run where one has none.
       candidate_losses = {
           job: m.loss for job, m in self._evaluator.evaluate_clients(
               {job: outputs[job]['personal'] for job in chosen_jobs},
@@ -548,8 +553,11 @@ class Trainer:
     trained = {cid: outputs[(cid, chosen[cid])]['personal']
                for cid in sampled}
     on_train = self._evaluator.evaluate_clients(
-        trained, sampled, self._training_arrays)
-    with_validation = [cid for cid in sampled if has_validation[cid]]
+        trained, sampled,
+        lambda cid: training_arrays(self.experiment, cid, self._poisoned,
+                                    self._client_index))
+    with_validation = [cid for cid in sampled
+                       if data.num_examples(cid, 'validation')]
     on_validation = self._evaluator.evaluate_clients(
         trained, with_validation,
         lambda cid: data.arrays(cid, 'validation'))
@@ -572,15 +580,6 @@ class Trainer:
                                   else validation.accuracy),
       })
     return records
-
-  def _training_arrays(self, client_id: str) -> tuple[np.ndarray, np.ndarray]:
-    """A client's training split as it trains on it (poisoned labels too)."""
-    x, y = self.experiment.data.arrays(client_id, 'train')
-    if client_id in self._poisoned:
-      y = attacks.poison_labels(y, self.experiment.data.source.num_classes,
-                                self.config.seed,
-                                self._client_index[client_id])
-    return x, y
 
   def _run_rounds(self, state, start_round: int):
     config = self.config
@@ -626,8 +625,8 @@ class Trainer:
       # After the commit: the round's personal models are the current ones.
       per_client_values = {}
       if config.eval_every and round_num % config.eval_every == 0:
-        statistics, per_client_values = self._round_evaluation(state)
-        released.update(statistics)
+        over_clients, per_client_values = self._round_evaluation(state)
+        released.update(over_clients)
       released['seconds'] = time.monotonic() - round_start
       asyncio.run(self._state_manager.save(state, round_num))
       if self._personal is not None:
@@ -643,9 +642,9 @@ class Trainer:
       eta = (time.monotonic() - started) / done * (config.rounds - round_num)
       test = (f'  test_acc={released["test_accuracy_mean"]:.4f}'
               if 'test_accuracy_mean' in released else '')
-      personal = (
-          f'  personal_train_acc min={released["personal_train_accuracy_min"]:.4f}'
-          if 'personal_train_accuracy_min' in released else '')
+      personal = ('  personal_train_acc min='
+                  f'{released["personal_train_accuracy_min"]:.4f}'
+                  if 'personal_train_accuracy_min' in released else '')
       logging.info(
           'round %d/%d  loss=%.4f  acc=%.4f%s%s  %.1f s/round  ETA %s',
           round_num, config.rounds, released.get('train_loss', math.nan),
@@ -665,12 +664,11 @@ class Trainer:
     released = {}
     if not benign:  # Only attackers sampled: nothing to report this round.
       return released
-    for name in ('train_loss', 'train_accuracy'):
+    for name, worst in (('train_loss', 'max'), ('train_accuracy', 'min')):
       stats = statistics.summarize(
           [r[name] for r in benign], higher_is_better=name != 'train_loss')
       released[f'personal_{name}_mean'] = stats.mean
-      released[f'personal_{name}_{"max" if name == "train_loss" else "min"}'
-               ] = stats.max if name == 'train_loss' else stats.min
+      released[f'personal_{name}_{worst}'] = stats.worst
     released['personal_lambda_mean'] = float(
         np.mean([r['lambda'] for r in benign]))
     return released

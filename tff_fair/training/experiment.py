@@ -217,7 +217,7 @@ def check_model_fits(
   try:
     model = spec.build_keras(None)
     logits = model(tf.constant(source.x[:2]), training=False)
-    model_fns.loss_fn()(tf.constant(source.y[:2]), logits)
+    model_fns.loss_fn(spec.masks_padding)(tf.constant(source.y[:2]), logits)
   except (ValueError, TypeError, tf.errors.OpError) as e:
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     detail = next((line for line in lines if 'dimension' in line.lower()),
@@ -290,8 +290,6 @@ def build_experiment(config: config_lib.RunConfig) -> Experiment:
         server_held_out_examples=config.server_held_out_examples,
         **config.partition_params(),
     )
-  except errors.UserError:
-    raise
   except ValueError as e:  # PartitionError and the split checks.
     raise config_lib.ConfigError(
         f'--dataset={config.dataset} ({source.num_examples} examples,'

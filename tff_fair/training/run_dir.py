@@ -34,6 +34,7 @@ from typing import Optional, TypeVar
 
 from absl import logging
 
+from tff_fair.state import client_store
 from tff_fair.training import config as config_lib
 
 CHECKPOINTS = 'checkpoints'
@@ -146,8 +147,7 @@ def _results(output_dir: str) -> list[str]:
   """The run's outputs other than config.json, checkpoints and TensorBoard."""
   found = [name for name in RESULT_FILES
            if os.path.exists(os.path.join(output_dir, name))]
-  manifests = os.path.join(output_dir, PERSONAL, 'manifests')
-  if os.path.isdir(manifests) and os.listdir(manifests):
+  if client_store.committed_versions(os.path.join(output_dir, PERSONAL)):
     found.append(f'{PERSONAL}/')
   return found
 
