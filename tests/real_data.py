@@ -10,23 +10,16 @@ Set `TFF_FAIR_REQUIRE_DATA=1` (the test command does when the data folder is
 present, as in CI) to turn a missing file into a failure instead: a data
 folder that is there but incomplete must not pass as skips.
 
-Plain Python on purpose: data tests import it without TensorFlow.
+It asks the loaders' own module where files are looked for (numpy only:
+data tests import it without TensorFlow).
 """
 
 import os
 import unittest
 
-# The same names as tff_fair.data.sources; repeated so this module stays
-# import-light (sources pulls in numpy-heavy loaders).
-DATA_DIR_ENV = 'TFF_FAIR_DATA_DIR'
-FASHION_MNIST_DIR_ENV = 'TFF_FAIR_FASHION_MNIST_DIR'
-REQUIRE_ENV = 'TFF_FAIR_REQUIRE_DATA'
-SYSTEM_FASHION_MNIST_DIR = '/usr/share/datasets/fashion-mnist'
+from tff_fair.data import sources
 
-FASHION_MNIST_FILES = (
-    'train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz',
-    't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz',
-)
+REQUIRE_ENV = 'TFF_FAIR_REQUIRE_DATA'
 
 
 def _missing(reason: str) -> None:
@@ -50,32 +43,30 @@ def data_dir_with(*relative_paths: str) -> str:
     unittest.SkipTest: a file is missing (AssertionError under
       TFF_FAIR_REQUIRE_DATA).
   """
-  root = os.environ.get(DATA_DIR_ENV, '')
+  root = os.environ.get(sources.DATA_DIR_ENV, '')
   if not root:
-    _missing(f'needs {", ".join(relative_paths)}: set {DATA_DIR_ENV} to the'
-             ' data folder (see README, "Tests and the data they need")')
+    _missing(f'needs {", ".join(relative_paths)}: set {sources.DATA_DIR_ENV}'
+             ' to the data folder (see README, "Tests and the data they'
+             ' need")')
   absent = [p for p in relative_paths
             if not os.path.isfile(os.path.join(root, p))]
   if absent:
-    _missing(f'needs {", ".join(absent)} under {DATA_DIR_ENV}={root}')
+    _missing(f'needs {", ".join(absent)} under {sources.DATA_DIR_ENV}={root}')
   return root
 
 
 def fashion_mnist_dir() -> str:
-  """The folder holding the four Fashion-MNIST idx files; else skips.
+  """The folder the Fashion-MNIST loader reads, if it holds the four files.
 
-  Looks where tff_fair.data.sources looks without an explicit data_dir:
-  $TFF_FAIR_FASHION_MNIST_DIR, $TFF_FAIR_DATA_DIR/fashion-mnist, then the
-  Debian package's folder.
+  The loader's own search (`sources.fashion_mnist_dir_candidates`) without
+  an explicit data_dir; else skips.
   """
-  candidates = [os.environ.get(FASHION_MNIST_DIR_ENV, '')]
-  if os.environ.get(DATA_DIR_ENV):
-    candidates.append(os.path.join(os.environ[DATA_DIR_ENV], 'fashion-mnist'))
-  candidates.append(SYSTEM_FASHION_MNIST_DIR)
-  for directory in filter(None, candidates):
-    if all(os.path.isfile(os.path.join(directory, f))
-           for f in FASHION_MNIST_FILES):
-      return directory
+  candidates = sources.fashion_mnist_dir_candidates(None)
+  directory = next((c for c in candidates if os.path.isdir(c)), '')
+  names = [name for pair in sources.IDX_FILE_NAMES.values() for name in pair]
+  if directory and all(os.path.isfile(os.path.join(directory, name))
+                       for name in names):
+    return directory
   _missing('needs the Fashion-MNIST idx files: apt-get install'
-           f' dataset-fashion-mnist, or set {FASHION_MNIST_DIR_ENV}')
+           f' dataset-fashion-mnist, or set {sources.FASHION_MNIST_DIR_ENV}')
   raise AssertionError('unreachable')

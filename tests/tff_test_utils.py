@@ -57,6 +57,18 @@ def module_command(module: str, **flags) -> list[str]:
                                            for k, v in flags.items()]
 
 
+# A small run of programs.train on digits (bundled: no data folder needed).
+DIGITS_RUN_FLAGS = dict(
+    dataset='digits', partition='dirichlet', alpha=0.5, num_clients=4,
+    batch_size=16, client_learning_rate=0.1, seed=3, eval_every=0)
+
+
+def train_command(output_dir: str, **flags) -> list[str]:
+  """`python -m programs.train` on digits; `flags` add to or override it."""
+  return module_command('programs.train', **{
+      **DIGITS_RUN_FLAGS, 'output_dir': output_dir, **flags})
+
+
 def run_module(args: list[str], timeout: float = 600
                ) -> subprocess.CompletedProcess:
   """Runs a `module_command` to its end; its output captured as text."""

@@ -19,13 +19,8 @@ from tests import tff_test_utils
 
 
 def _flags(output_dir, **overrides):
-  # Digits ships with scikit-learn: no data folder.
-  flags = dict(
-      dataset='digits', partition='dirichlet', alpha=0.5, num_clients=4,
-      clients_per_round=4, rounds=2, batch_size=16, client_learning_rate=0.1,
-      seed=3, eval_every=0, output_dir=output_dir)
-  flags.update(overrides)
-  return tff_test_utils.module_command('programs.train', **flags)
+  return tff_test_utils.train_command(
+      output_dir, **{'clients_per_round': 4, 'rounds': 2, **overrides})
 
 
 def _errors(stderr):

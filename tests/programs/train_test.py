@@ -15,12 +15,8 @@ from tests import tff_test_utils
 
 
 def _flags(output_dir, **overrides):
-  flags = dict(
-      dataset='digits', partition='dirichlet', alpha=0.5, num_clients=4,
-      clients_per_round=3, rounds=4, batch_size=16, client_learning_rate=0.1,
-      seed=3, eval_every=0, output_dir=output_dir)
-  flags.update(overrides)
-  return tff_test_utils.module_command('programs.train', **flags)
+  return tff_test_utils.train_command(
+      output_dir, **{'clients_per_round': 3, 'rounds': 4, **overrides})
 
 
 def _summary(output_dir):

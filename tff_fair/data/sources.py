@@ -477,7 +477,7 @@ def _read_idx_pair(
   return _to_float_images(images, 255), labels
 
 
-_IDX_NAMES = {
+IDX_FILE_NAMES = {
     'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
     'test': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz'),
 }
@@ -498,7 +498,7 @@ def load_fashion_mnist(data_dir: str | None = None) -> Source:
       f' access. Directories tried in order: {", ".join(candidates)}.'
   )
   parts = {}
-  for split, (images, labels) in _IDX_NAMES.items():
+  for split, (images, labels) in IDX_FILE_NAMES.items():
     parts[split] = _read_idx_pair(
         _require_file(directory, images, 'Fashion-MNIST', hint),
         _require_file(directory, labels, 'Fashion-MNIST', hint),
@@ -525,18 +525,18 @@ def load_mnist(data_dir: str | None = None) -> Source:
   directory = _dataset_dir(data_dir, 'mnist')
   hint = 'Copy the MNIST idx .gz files there or pass use_tfds=True.'
   test = _read_idx_pair(
-      *(_require_file(directory, f, 'MNIST', hint) for f in _IDX_NAMES['test'])
+      *(_require_file(directory, f, 'MNIST', hint) for f in IDX_FILE_NAMES['test'])
   )
   present = [
-      os.path.isfile(os.path.join(directory, f)) for f in _IDX_NAMES['train']
+      os.path.isfile(os.path.join(directory, f)) for f in IDX_FILE_NAMES['train']
   ]
   if all(present):
     train = _read_idx_pair(
-        *(os.path.join(directory, f) for f in _IDX_NAMES['train'])
+        *(os.path.join(directory, f) for f in IDX_FILE_NAMES['train'])
     )
   elif any(present):
     raise DataError(
-        f'Only one of the MNIST train files {_IDX_NAMES["train"]} is in'
+        f'Only one of the MNIST train files {IDX_FILE_NAMES["train"]} is in'
         f' {directory}; add the other one or remove both.'
     )
   else:

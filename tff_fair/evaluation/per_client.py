@@ -9,7 +9,7 @@ and accuracy; plus balanced accuracy (mean per-class recall over the classes
 present in that client's test labels), which label-skewed clients need.
 
 For sequence targets (next-character prediction) positions whose label is
-0 (the padding id) are ignored.
+padding (`model_fns.PAD_LABEL`) are ignored, as in training.
 """
 
 from collections.abc import Callable, Iterable, Mapping
@@ -21,6 +21,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fair.evaluation import statistics
+from tff_fair.models import model_fns
 
 ModelWeights = tff.learning.models.ModelWeights
 WeightsSource = Union[ModelWeights, Mapping[str, ModelWeights],
@@ -119,7 +120,8 @@ class ClientEvaluator:
 
 
 def _metrics(logits: np.ndarray, labels: np.ndarray) -> ClientMetrics:
-  mask = labels != 0 if labels.ndim > 1 else np.ones(labels.shape, bool)
+  mask = (labels != model_fns.PAD_LABEL if labels.ndim > 1
+          else np.ones(labels.shape, bool))
   flat_logits, flat_labels = logits[mask], labels[mask]
   losses = tf.keras.losses.sparse_categorical_crossentropy(
       flat_labels, flat_logits, from_logits=True
