@@ -3,8 +3,9 @@
 Most tests use scikit-learn's bundled digits (offline, 1,797 examples). The
 natural-partition tests of the real FEMNIST and Shakespeare files read them
 from `TFF_FAIR_DATA_DIR` and are skipped, by name, where they are absent
-(tests/real_data.py); the same paths run on small sources built here. Nothing here executes a
-federated computation, so no TFF worker process is started.
+(tests/real_data.py); the same paths run on small sources built here.
+Nothing here executes a federated computation, so no TFF worker process is
+started.
 """
 
 import collections

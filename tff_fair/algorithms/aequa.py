@@ -12,8 +12,9 @@ leaves open is documented where it is made:
   (`sample_widths`) whose seed folds the step index into the per-client,
   per-round seed the driver sends (the `seed` of the client's
   `tff_fair.attacks` spec), so runs reproduce and no two (client, step)
-  pairs share their draws. Every client trains the full width, so every coordinate is
-  trained by every client and plain (weighted) averaging applies; any
+  pairs share their draws. Every client trains the full width, so every
+  coordinate is trained by every client and plain (weighted) averaging
+  applies; any
   `tff.aggregators` factory works.
 * Width-accuracy curve, allocation and metrics: `tff_fair.fairness` and the
   training driver (the allocation is plain numpy, outside TFF).

@@ -525,10 +525,12 @@ def load_mnist(data_dir: str | None = None) -> Source:
   directory = _dataset_dir(data_dir, 'mnist')
   hint = 'Copy the MNIST idx .gz files there or pass use_tfds=True.'
   test = _read_idx_pair(
-      *(_require_file(directory, f, 'MNIST', hint) for f in IDX_FILE_NAMES['test'])
+      *(_require_file(directory, f, 'MNIST', hint)
+        for f in IDX_FILE_NAMES['test'])
   )
   present = [
-      os.path.isfile(os.path.join(directory, f)) for f in IDX_FILE_NAMES['train']
+      os.path.isfile(os.path.join(directory, f))
+      for f in IDX_FILE_NAMES['train']
   ]
   if all(present):
     train = _read_idx_pair(
