@@ -12,7 +12,6 @@ import numpy as np
 
 from tests import real_data
 from tests import tff_test_utils
-from tff_fair import data as data_lib
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
 from tff_fair.training import experiment as experiment_lib
@@ -52,21 +51,15 @@ class DefaultsLearnTest(tff_test_utils.TffTestCase):
     files, max_examples, rounds, margin = _CASES[name]
     if files is None:
       real_data.fashion_mnist_dir()
-      data_dir = None
+      data_dir = ''
     else:
-      data_dir = real_data.data_dir_with(*files) if files else None
+      data_dir = real_data.data_dir_with(*files) if files else ''
     config = config_lib.RunConfig(
-        dataset=name, partition='homogeneous', num_clients=4,
-        clients_per_round=4,
-        rounds=rounds, eval_every=0, seed=1,
-        output_dir=self.create_tempdir().full_path)
-    source = data_lib.load_source(name, data_dir, max_examples=max_examples)
-    federated = data_lib.build_federated_data(
-        source, partition=config.partition, num_clients=config.num_clients,
-        seed=config.seed, validation_fraction=config.validation_fraction,
-        test_fraction=config.test_fraction)
-    spec = experiment_lib.model_spec_for(source, config.model)
-    experiment = experiment_lib.Experiment(config, federated, spec, spec)
+        dataset=name, data_dir=data_dir, partition='homogeneous',
+        num_clients=4, clients_per_round=4, rounds=rounds, eval_every=0,
+        seed=1, output_dir=self.create_tempdir().full_path)
+    experiment = experiment_lib.build_experiment(config, max_examples)
+    federated = experiment.data
     result = driver.Trainer(experiment).run()
 
     test_labels = np.concatenate(
@@ -74,7 +67,7 @@ class DefaultsLearnTest(tff_test_utils.TffTestCase):
     accuracy = np.average(
         [m.accuracy for m in result.evaluations['global'].values()],
         weights=[m.num_examples for m in result.evaluations['global'].values()])
-    baseline = _baseline(name, test_labels, source.num_classes)
+    baseline = _baseline(name, test_labels, federated.source.num_classes)
     logging.info('%s: test accuracy %.3f after %d rounds (baseline %.3f)',
                  name, accuracy, rounds, baseline)
     self.assertGreater(

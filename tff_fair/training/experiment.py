@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import dataclasses
 import json
 import math
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -267,17 +268,24 @@ def check_client_files(config: config_lib.RunConfig,
     load_client_values(config.contributions_file, client_ids, 'contribution')
 
 
-def build_experiment(config: config_lib.RunConfig) -> Experiment:
+def build_experiment(config: config_lib.RunConfig,
+                     max_examples: Optional[int] = None) -> Experiment:
   """Loads and partitions the data and binds the model to it.
 
   Every check that needs the data runs here, before a run writes or
   trains anything: the partition and splits, the model against the data,
   and the per-client files named by flags.
 
+  Args:
+    config: The run's settings.
+    max_examples: Load only a stratified subset of this many examples
+      (`data.load_source`); None loads everything.
+
   Raises:
     errors.UserError: (`ConfigError`, `DataError`) For any of these.
   """
-  source = data_lib.load_source(config.dataset, config.data_dir or None)
+  source = data_lib.load_source(config.dataset, config.data_dir or None,
+                                max_examples=max_examples)
   try:
     federated = data_lib.build_federated_data(
         source,
