@@ -552,20 +552,21 @@ class Trainer:
         chosen[cid] = self._personal.lam(cid)
     trained = {cid: outputs[(cid, chosen[cid])]['personal']
                for cid in sampled}
-    on_train = self._evaluator.evaluate_clients(
-        trained, sampled,
-        lambda cid: training_arrays(self.experiment, cid, self._poisoned,
-                                    self._client_index))
-    with_validation = [cid for cid in sampled
-                       if data.num_examples(cid, 'validation')]
-    on_validation = self._evaluator.evaluate_clients(
-        trained, with_validation,
-        lambda cid: data.arrays(cid, 'validation'))
+    # One evaluation call (one model build and trace) for both splits.
+    keys = [(cid, 'train') for cid in sampled] + [
+        (cid, 'validation') for cid in sampled
+        if data.num_examples(cid, 'validation')]
+    on_split = self._evaluator.evaluate_clients(
+        lambda key: trained[key[0]], keys,
+        lambda key: (training_arrays(self.experiment, key[0], self._poisoned,
+                                     self._client_index)
+                     if key[1] == 'train' else data.arrays(*key)))
     records = []
     for cid in sampled:
       self._personal.write(cid, trained[cid], round_num, chosen[cid],
                            lam_round=round_num if due[cid] else None)
-      validation = on_validation.get(cid)
+      on_train, validation = on_split[(cid, 'train')], on_split.get(
+          (cid, 'validation'))
       records.append({
           'round': round_num,
           'client': cid,
@@ -573,8 +574,8 @@ class Trainer:
           'lambda': chosen[cid],
           'lambda_chosen': int(due[cid]),
           'train_loss_during': float(outputs[(cid, chosen[cid])]['loss']),
-          'train_loss': on_train[cid].loss,
-          'train_accuracy': on_train[cid].accuracy,
+          'train_loss': on_train.loss,
+          'train_accuracy': on_train.accuracy,
           'validation_loss': '' if validation is None else validation.loss,
           'validation_accuracy': ('' if validation is None
                                   else validation.accuracy),
