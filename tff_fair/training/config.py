@@ -185,14 +185,10 @@ class RunConfig:
     p_min / p_max: Aequa's width range (0 < p_min <= p_max <= 1).
     widths_per_step: Aequa: widths sampled per local step besides the full.
     width_step: Aequa: spacing of the width-accuracy curve's widths. The
-      default 0.01 is the benchmark's grid. A coarser grid leaves jumps in
+      default 0.01 is the benchmark's grid: a coarser grid leaves jumps in
       a steep curve that no allocation can bridge, so gains spread more
-      (issue 10: 0.05 gave 0.595 at width 0.3 and 0.819 at 0.35 on MNIST,
-      Dirichlet(0.3), 15 clients). One 5-round run of that setting (MNIST
-      test set), re-allocated: gain spread 0.070 with 0.05, 0.043 with
-      0.01; Pearson 0.987 and 0.994. Allocation stays cheap; the curve costs
-      two evaluations per width (held-out and reward test sets): there the
-      72 extra widths took about 2 minutes on two busy cores.
+      (README, "Aequa", measures both). Allocation stays cheap; the curve
+      costs two evaluations per width (held-out and reward test sets).
     allocation_solver: Aequa: 'exact' (common-target sweep) or 'annealing'.
     annealing_iterations: Iterations of the annealer (0: its default).
     contributions_file: Aequa: JSON {client_id: contribution} for every
