@@ -1,0 +1,169 @@
+"""Contribution tracker, assessments and the width reward, by hand."""
+
+import json
+import math
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+
+from tff_fair.fairness import contribution
+
+
+class CosineToAggregateTest(absltest.TestCase):
+
+  def test_hand_computed_cosines(self):
+    # Unit updates (1,0) and (0,1), equal weights: aggregate (0.5, 0.5),
+    # whose direction is 45 degrees from each.
+    scores = contribution.cosine_to_aggregate(
+        {'a': np.array([3.0, 0.0]), 'b': np.array([0.0, 0.5])})
+    self.assertAlmostEqual(scores['a'], math.sqrt(0.5))
+    self.assertAlmostEqual(scores['b'], math.sqrt(0.5))
+
+  def test_weights_tilt_the_aggregate(self):
+    # Weights 3:1 on (1,0) and (0,1): aggregate (0.75, 0.25).
+    scores = contribution.cosine_to_aggregate(
+        {'a': np.array([1.0, 0.0]), 'b': np.array([0.0, 1.0])},
+        weights={'a': 3, 'b': 1})
+    norm = math.hypot(0.75, 0.25)
+    self.assertAlmostEqual(scores['a'], 0.75 / norm)
+    self.assertAlmostEqual(scores['b'], 0.25 / norm)
+
+  def test_scale_of_an_update_does_not_matter(self):
+    rng = np.random.default_rng(0)
+    updates = {i: rng.normal(size=50) for i in 'abc'}
+    scaled = dict(updates, a=1000 * updates['a'])
+    a = contribution.cosine_to_aggregate(updates)
+    b = contribution.cosine_to_aggregate(scaled)
+    for i in 'abc':
+      self.assertAlmostEqual(a[i], b[i])
+
+  def test_negated_aggregate_gets_the_lowest_contribution(self):
+    rng = np.random.default_rng(1)
+    direction = rng.normal(size=200)
+    honest = {f'h{i}': direction + 0.5 * rng.normal(size=200)
+              for i in range(4)}
+    attacker = -np.mean(list(honest.values()), axis=0)
+    scores = contribution.cosine_to_aggregate(dict(honest, bad=attacker))
+    self.assertEqual(min(scores, key=scores.get), 'bad')
+    self.assertLess(scores['bad'], 0)
+    self.assertGreater(min(scores[i] for i in honest), 0.5)
+
+  def test_zero_update_scores_zero_and_cancelling_updates_score_zero(self):
+    scores = contribution.cosine_to_aggregate(
+        {'a': np.ones(3), 'zero': np.zeros(3)})
+    self.assertEqual(scores['zero'], 0.0)
+    self.assertAlmostEqual(scores['a'], 1.0)
+    self.assertEqual(
+        contribution.cosine_to_aggregate({'a': np.ones(3), 'b': -np.ones(3)}),
+        {'a': 0.0, 'b': 0.0})
+
+  def test_bad_inputs_are_refused(self):
+    with self.assertRaisesRegex(ValueError, 'at least one'):
+      contribution.cosine_to_aggregate({})
+    with self.assertRaisesRegex(ValueError, 'same number'):
+      contribution.cosine_to_aggregate({'a': np.ones(2), 'b': np.ones(3)})
+    with self.assertRaisesRegex(ValueError, 'No weight'):
+      contribution.cosine_to_aggregate({'a': np.ones(2)}, weights={})
+    with self.assertRaisesRegex(ValueError, 'not all 0'):
+      contribution.cosine_to_aggregate({'a': np.ones(2)}, weights={'a': 0})
+
+
+class DataSizeTest(absltest.TestCase):
+
+  def test_share_of_the_largest(self):
+    self.assertEqual(contribution.data_size({'a': 50, 'b': 200, 'c': 0}),
+                     {'a': 0.25, 'b': 1.0, 'c': 0.0})
+
+  def test_bad_counts_are_refused(self):
+    for counts in ({}, {'a': 0}, {'a': 5, 'b': -1}):
+      with self.assertRaises(ValueError, msg=str(counts)):
+        contribution.data_size(counts)
+
+
+class ContributionTrackerTest(parameterized.TestCase):
+
+  def test_update_rule_by_hand(self):
+    tracker = contribution.ContributionTracker(gamma=0.9)
+    tracker.update({'a': 0.5, 'b': 1.0})  # First assessments taken as is.
+    tracker.update({'a': 1.0})            # b is not assessed this round.
+    tracker.update({'a': 0.0, 'b': 0.0})
+    self.assertAlmostEqual(tracker.contributions['a'],
+                           0.9 * (0.9 * 0.5 + 0.1 * 1.0) + 0.1 * 0.0)
+    self.assertAlmostEqual(tracker.contributions['b'], 0.9 * 1.0)
+    self.assertEqual(tracker.rounds_assessed, {'a': 3, 'b': 2})
+
+  def test_gamma_zero_keeps_only_the_latest(self):
+    tracker = contribution.ContributionTracker(gamma=0.0)
+    tracker.update({'a': 0.3})
+    tracker.update({'a': 0.7})
+    self.assertEqual(tracker.contributions, {'a': 0.7})
+
+  @parameterized.parameters(-0.1, 1.0, 1.5, float('nan'), '0.5')
+  def test_bad_gamma_is_refused(self, gamma):
+    with self.assertRaisesRegex(ValueError, 'gamma must be in'):
+      contribution.ContributionTracker(gamma=gamma)
+
+  def test_non_finite_assessment_is_refused(self):
+    tracker = contribution.ContributionTracker(gamma=0.5)
+    with self.assertRaisesRegex(ValueError, "client 'a'"):
+      tracker.update({'a': float('nan')})
+
+  def test_json_round_trip_is_exact(self):
+    tracker = contribution.ContributionTracker(gamma=0.95)
+    rng = np.random.default_rng(2)
+    for _ in range(7):
+      tracker.update({f'c{i}': float(rng.random()) for i in range(5)})
+    restored = contribution.ContributionTracker.from_json(
+        json.loads(json.dumps(tracker.to_json())), gamma=0.95)
+    self.assertEqual(restored, tracker)
+    # And it goes on exactly as the original.
+    tracker.update({'c0': 0.25})
+    restored.update({'c0': 0.25})
+    self.assertEqual(restored.contributions, tracker.contributions)
+
+  def test_state_of_another_gamma_is_refused(self):
+    state = contribution.ContributionTracker(gamma=0.9).to_json()
+    with self.assertRaisesRegex(ValueError, 'gamma 0.9.*uses 0.5'):
+      contribution.ContributionTracker.from_json(state, gamma=0.5)
+
+
+class ProportionalWidthsTest(parameterized.TestCase):
+
+  def test_normalized_by_the_largest_with_negatives_at_zero(self):
+    self.assertEqual(contribution.normalized({'a': 0.5, 'b': 2.0, 'c': -1}),
+                     {'a': 0.25, 'b': 1.0, 'c': 0.0})
+    self.assertEqual(contribution.normalized({'a': -1.0, 'b': 0.0}),
+                     {'a': 1.0, 'b': 1.0})
+
+  def test_linear_map_by_hand(self):
+    widths = contribution.proportional_widths(
+        {'top': 0.8, 'half': 0.4, 'none': -0.2}, p_min=0.2, p_max=1.0)
+    self.assertAlmostEqual(widths['top'], 1.0)
+    self.assertAlmostEqual(widths['half'], 0.6)
+    self.assertAlmostEqual(widths['none'], 0.2)
+
+  def test_exponent_widens_the_gap(self):
+    contributions = {'top': 1.0, 'half': 0.5}
+    linear = contribution.proportional_widths(contributions, p_min=0.1,
+                                              p_max=0.9)
+    squared = contribution.proportional_widths(contributions, p_min=0.1,
+                                               p_max=0.9, exponent=2.0)
+    self.assertAlmostEqual(squared['half'], 0.1 + 0.8 * 0.25)
+    self.assertLess(squared['half'], linear['half'])
+    self.assertAlmostEqual(squared['top'], 0.9)
+
+  @parameterized.parameters((0.0, 1.0), (0.5, 1.1), (0.6, 0.5))
+  def test_bad_width_range_is_refused(self, p_min, p_max):
+    with self.assertRaisesRegex(ValueError, 'p_min'):
+      contribution.proportional_widths({'a': 1.0}, p_min=p_min, p_max=p_max)
+
+  @parameterized.parameters(0.0, -1.0, float('inf'))
+  def test_bad_exponent_is_refused(self, exponent):
+    with self.assertRaisesRegex(ValueError, 'exponent'):
+      contribution.proportional_widths({'a': 1.0}, p_min=0.1, p_max=1.0,
+                                       exponent=exponent)
+
+
+if __name__ == '__main__':
+  absltest.main()
