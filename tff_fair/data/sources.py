@@ -1130,7 +1130,12 @@ def source_from_tfds_arrays(
 
 
 def _load_with_tfds(name: str, data_dir: str | None) -> Source:
-  """Downloads (if needed) and converts a TFDS data set; needs internet."""
+  """Loads a TFDS data set, downloading it unless `data_dir` has it prepared.
+
+  Needs internet only for the download: a data set TFDS has already prepared
+  in `data_dir` (downloaded before, or built from local files with
+  `download_and_prepare`) is read offline.
+  """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
   train, test = tfds.as_numpy(
@@ -1178,7 +1183,7 @@ def load_source(
       is TFDS's data_dir.
     max_examples: Keep a deterministic stratified subset of this size.
     use_tfds: Load fashion_mnist/mnist/cifar10 with `tfds.load` instead of
-      from files (downloads; needs internet).
+      from files (downloads unless already prepared in `data_dir`).
     cache_dir: CIFAR-10 decode cache directory.
 
   Returns:
