@@ -797,6 +797,28 @@ class TfdsOfflineTest(absltest.TestCase):
     self.assertEqual(source.metadata['class_names'], sources.DIGIT_CLASSES)
 
 
+class OwnSourceTest(absltest.TestCase):
+  """`Source(x, y, num_classes, is_test)` from a user's numpy arrays."""
+
+  def test_positional_arrays_get_a_name_and_the_models_dtypes(self):
+    x = np.zeros((4, 3, 3, 1))  # float64, numpy's default
+    y = np.array([0, 1, 2, 1])  # int64
+    source = sources.Source(x, y, 3, np.array([False, False, True, True]))
+    self.assertEqual(source.name, sources.OWN_SOURCE_NAME)
+    self.assertEqual(source.x.dtype, np.float32)
+    self.assertEqual(source.y.dtype, sources.LABEL_DTYPE)
+    tokens = sources.Source(np.ones((2, 5), np.int64), np.zeros(2, np.int64),
+                            2, np.zeros(2, bool), name='texts')
+    self.assertEqual(tokens.x.dtype, sources.TOKEN_DTYPE)
+    self.assertEqual(tokens.name, 'texts')
+
+  def test_float_labels_refused(self):
+    with self.assertRaisesRegex(sources.DataError,
+                                'y must hold integer class ids, got float64'):
+      sources.Source(np.zeros((2, 3)), np.array([0.0, 1.0]), 2,
+                     np.zeros(2, bool))
+
+
 class HelpersTest(absltest.TestCase):
 
   def test_stratified_first_k_round_robin(self):
