@@ -14,6 +14,7 @@ import gzip
 import os
 import socket
 import tarfile
+import tempfile
 from unittest import mock
 import urllib.parse
 
@@ -737,6 +738,12 @@ class TfdsOfflineTest(absltest.TestCase):
       patcher.start()
       self.addCleanup(patcher.stop)
     patcher = mock.patch.object(socket, 'getaddrinfo', side_effect=no_network)
+    patcher.start()
+    self.addCleanup(patcher.stop)
+    # A builder without prepared data leaves an empty temporary directory
+    # (DatasetInfo.initialize_from_bucket): keep it in the test's.
+    patcher = mock.patch.object(tempfile, 'tempdir',
+                                self.create_tempdir().full_path)
     patcher.start()
     self.addCleanup(patcher.stop)
 
