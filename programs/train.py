@@ -107,8 +107,10 @@ flags.DEFINE_float('server_learning_rate', _DEFAULTS.server_learning_rate,
 flags.DEFINE_integer('finetune_epochs', _DEFAULTS.finetune_epochs,
                      'fedavg_ft: local fine-tuning epochs.')
 flags.DEFINE_string(
-    'model', '', 'Architecture (default: the data set\'s: '
-    + config_lib.dataset_defaults_help('model') + ').')
+    'model', '', 'Architecture: one of ' + ', '.join(config_lib.PLAIN_MODELS)
+    + '; for --algorithm=aequa one of ' + ', '.join(config_lib.SLIMMABLE_MODELS)
+    + ' (default: the data set\'s: ' + config_lib.dataset_defaults_help('model')
+    + ').')
 flags.DEFINE_integer('eval_every', _DEFAULTS.eval_every,
                      'Evaluate every client every N rounds (0: at the end).')
 flags.DEFINE_integer('seed', _DEFAULTS.seed, 'Random seed.')

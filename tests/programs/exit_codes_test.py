@@ -1,4 +1,4 @@
-"""The one table of exit statuses in programs/train.py."""
+"""The one table of exit statuses in programs/train.py; its flag help."""
 
 from absl.testing import absltest
 
@@ -28,6 +28,15 @@ class ExitCodesTest(absltest.TestCase):
   def test_internal_errors_keep_their_traceback(self):
     for error in (ValueError('x'), KeyError('x'), RuntimeError('x')):
       self.assertIsNone(train.exit_code(error))
+
+
+class FlagHelpTest(absltest.TestCase):
+
+  def test_model_help_lists_every_model(self):
+    # What --helpfull prints for --model.
+    help_text = train.FLAGS['model'].help
+    for name in config_lib.MODELS:
+      self.assertRegex(help_text, rf'\b{name}\b')
 
 
 if __name__ == '__main__':

@@ -24,6 +24,7 @@ from tff_fair.data.partition import PARTITIONS
 from tff_fair.data.partition import quantity_skew
 from tff_fair.data.sources import DataError
 from tff_fair.data.sources import load_source
+from tff_fair.data.sources import OWN_SOURCE_NAME
 from tff_fair.data.sources import Source
 from tff_fair.data.sources import SOURCE_NAMES
 
@@ -48,6 +49,7 @@ __all__ = [
     'label_skew',
     'load_source',
     'natural',
+    'OWN_SOURCE_NAME',
     'PartitionError',
     'PARTITIONS',
     'quantity_skew',

@@ -86,6 +86,8 @@ SOURCE_NAMES = (
     'digits',
 )
 TFDS_SOURCE_NAMES = ('fashion_mnist', 'mnist', 'cifar10')
+# The name of a Source built from your own arrays unless you give one.
+OWN_SOURCE_NAME = 'own_data'
 
 FASHION_MNIST_CLASSES = (
     'T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat',
@@ -146,13 +148,19 @@ class DataError(errors.UserError, ValueError):
 class Source:
   """All examples of one data set, pooled (own train split first, then test).
 
+  Your own data is `Source(x, y, num_classes, is_test)` (optionally with a
+  `name`); the loaders build theirs the same way. Float inputs become
+  float32, integer inputs (token ids) and labels int32: the dtypes of the
+  models' input specs.
+
   Attributes:
-    name: One of `SOURCE_NAMES`.
     x: Inputs, first axis = example.
     y: int32 labels: (N,) class ids for classification, (N, seq_len)
       next-token targets for Shakespeare.
     num_classes: Number of classes; vocabulary size for Shakespeare.
     is_test: bool (N,), True for examples of the source's own test split.
+    name: One of `SOURCE_NAMES` for the loaders' data sets (it picks their
+      default model and settings); any other name for your own data.
     groups: int (N,) natural client index (FEMNIST writer, Shakespeare role)
       into `group_names`, or None when the source has no natural clients.
     group_names: Name of each group, or None.
@@ -160,11 +168,12 @@ class Source:
       vocabulary size) or the Shakespeare special ids.
   """
 
-  name: str
   x: np.ndarray
   y: np.ndarray
   num_classes: int
   is_test: np.ndarray
+  # After the arrays, so own data needs no name: Source(x, y, k, is_test).
+  name: str = OWN_SOURCE_NAME
   groups: np.ndarray | None = None
   group_names: tuple[str, ...] | None = None
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -200,6 +209,11 @@ class Source:
             f'Source {self.name!r}: group indices must lie in'
             f' [0, {len(self.group_names)}); fix the group index array.'
         )
+    if self.y.dtype.kind not in 'iu':
+      raise DataError(
+          f'Source {self.name!r}: y must hold integer class ids, got'
+          f' {self.y.dtype}; convert it, e.g. y.astype(np.int32).'
+      )
     if self.y.ndim == 1 and n and (
         self.y.min() < 0 or self.y.max() >= self.num_classes
     ):
@@ -207,6 +221,13 @@ class Source:
           f'Source {self.name!r}: labels must lie in [0, {self.num_classes}),'
           f' got [{self.y.min()}, {self.y.max()}]; fix num_classes or y.'
       )
+    # Own arrays often come as numpy's int64 / float64; the models' TFF
+    # input specs take int32 labels and float32 inputs or int32 token ids.
+    x_dtype = np.float32 if self.x.dtype.kind == 'f' else TOKEN_DTYPE
+    if self.x.dtype.kind in 'fiu' and self.x.dtype != x_dtype:
+      object.__setattr__(self, 'x', self.x.astype(x_dtype))
+    if self.y.dtype != LABEL_DTYPE:
+      object.__setattr__(self, 'y', self.y.astype(LABEL_DTYPE))
     # A MappingProxy keeps the metadata of a frozen Source from being edited.
     object.__setattr__(
         self, 'metadata', types.MappingProxyType(dict(self.metadata))
@@ -1130,7 +1151,12 @@ def source_from_tfds_arrays(
 
 
 def _load_with_tfds(name: str, data_dir: str | None) -> Source:
-  """Downloads (if needed) and converts a TFDS data set; needs internet."""
+  """Loads a TFDS data set, downloading it unless `data_dir` has it prepared.
+
+  Needs internet only for the download: a data set TFDS has already prepared
+  in `data_dir` (downloaded before, or built from local files with
+  `download_and_prepare`) is read offline.
+  """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
   train, test = tfds.as_numpy(
@@ -1178,7 +1204,7 @@ def load_source(
       is TFDS's data_dir.
     max_examples: Keep a deterministic stratified subset of this size.
     use_tfds: Load fashion_mnist/mnist/cifar10 with `tfds.load` instead of
-      from files (downloads; needs internet).
+      from files (downloads unless already prepared in `data_dir`).
     cache_dir: CIFAR-10 decode cache directory.
 
   Returns:

@@ -142,11 +142,23 @@ def model_spec_for(
 
   With `slimmable=True` the slimmable version of the architecture, whose
   input carries a width (`tff_fair.models.slimmable`).
+
+  Args:
+    source: The data; its name picks the default architecture.
+    model_name: One of `config.PLAIN_MODELS` (`config.SLIMMABLE_MODELS` with
+      `slimmable`); required for a source of your own, which has no default.
+    slimmable: Whether to build the slimmable version.
+
+  Raises:
+    ConfigError: If no name is given and the source has no default.
   """
   name = model_name or DEFAULT_MODELS.get(source.name)
   if name is None:
+    names = (config_lib.SLIMMABLE_MODELS if slimmable
+             else config_lib.PLAIN_MODELS)
     raise config_lib.ConfigError(
-        f'No default model for data set {source.name!r}; pass --model.'
+        f'No default model for data set {source.name!r}; pass model_name'
+        f' (--model in programs.train), one of {", ".join(names)}.'
     )
   x_dtype = tf.int32 if source.x.dtype.kind in 'iu' else tf.float32
   plain_name = name.removeprefix('slimmable_')
