@@ -21,10 +21,11 @@ fi
 rebuild=true
 [[ -x "$VENV/bin/python" && "$have" == "$want" ]] && rebuild=false
 
-# --- Python 3.9-3.11 (TensorFlow Federated 0.87 supports no other) -------------
+# --- Python 3.11: TFF 0.87 supports 3.9-3.11, and the lock's pins (array_record,
+# etils, Markdown, pycparser) need 3.11 -----------------------------------------
 python="$PYTHON"; $rebuild || python="$VENV/bin/python"
-if ! "$python" -c 'import sys; sys.exit(not (3, 9) <= sys.version_info[:2] <= (3, 11))' 2>/dev/null; then
-  echo "error: tff_fair needs Python 3.9, 3.10 or 3.11 (TensorFlow Federated 0.87);" >&2
+if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+  echo "error: tff_fair needs Python 3.11 (TensorFlow Federated 0.87 and the pinned lock);" >&2
   if command -v "$python" >/dev/null; then
     echo "  '$python' is $("$python" --version 2>&1)." >&2
   else
