@@ -83,8 +83,7 @@ def _config(name: str, **overrides) -> config_lib.RunConfig:
       dataset='fashion_mnist', num_clients=10, clients_per_round=10,
       examples_per_client=1000, validation_fraction=0.1, test_fraction=0.2,
       rounds=_ROUNDS.value, local_epochs=1, batch_size=32,
-      client_learning_rate=0.05, finetune_epochs=1, eval_every=0,
-      p_min=_P_MIN.value, width_step=0.01, seed=_SEED.value,
+      client_learning_rate=0.05, eval_every=0, seed=_SEED.value,
       server_held_out_examples=_SERVER_HELD_OUT.value,
       data_dir=_DATA_DIR.value,
       output_dir=os.path.join(_OUTPUT_DIR.value, name))
@@ -111,6 +110,7 @@ def main(argv):
   with local_runtime.local_context():
     for name, partition in _PARTITIONS.items():
       aequa = driver.run(_config(f'{name}/aequa', algorithm='aequa',
+                                 p_min=_P_MIN.value, width_step=0.01,
                                  **partition))
       fedavg = driver.run(_config(f'{name}/fedavg_ft',
                                   algorithm='fedavg_ft', **partition))

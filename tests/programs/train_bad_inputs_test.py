@@ -42,6 +42,10 @@ class BadInputsThroughTheProgramTest(parameterized.TestCase):
       ('missing_contributions_file',
        dict(algorithm='aequa', contributions_file='/nonexistent/c.json'),
        ['Cannot read /nonexistent/c.json']),
+      ('lambdas_file_with_aequa',
+       dict(algorithm='aequa', ditto_lambdas_file='/nonexistent/l.json'),
+       ['--ditto_lambdas_file=/nonexistent/l.json',
+        'setting of --algorithm=ditto', '--algorithm=aequa ignores']),
       ('bad_flag_value', dict(algorithm='fedfoo'),
        ['Flags parsing error', 'fedfoo']),
   )

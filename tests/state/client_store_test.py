@@ -80,6 +80,44 @@ class ClientStateStoreTest(absltest.TestCase):
         for name in names)
     self.assertEqual(files, ['v1.npz', 'v2.npz'])  # b's v1, a's v2.
 
+  def _files(self):
+    return sorted(
+        os.path.relpath(os.path.join(path, name), self.root)
+        for path, _, names in os.walk(os.path.join(self.root, 'clients'))
+        for name in names)
+
+  def test_prune_keeps_the_versions_of_kept_checkpoints(self):
+    # As the driver: keep=the rounds whose checkpoints are kept (0 and the
+    # last two); each of those can still be opened after pruning.
+    self.store.open(0)
+    values = {1: {'a': 1.0, 'b': 1.0}, 2: {'a': 2.0}, 3: {'b': 3.0},
+              4: {'c': 4.0}}
+    for version, written in values.items():
+      self._round(version, written)
+      self.store.prune(version, updated=list(written),
+                       keep=[0, version - 1, version])
+    self.assertEqual(client_store.committed_versions(self.root), [3, 4])
+    key = client_store._client_key
+    # a's v2 (current in 3 and 4), b's v3, c's v4; b's v1 and a's v1 gone.
+    self.assertEqual(self._files(), [
+        os.path.join('clients', key('a'), 'v2.npz'),
+        os.path.join('clients', key('b'), 'v3.npz'),
+        os.path.join('clients', key('c'), 'v4.npz')])
+    older = client_store.ClientStateStore(self.root, _TEMPLATE)
+    older.open(3)
+    np.testing.assert_array_equal(older.read('b')[0], _arrays(3.0)[0])
+    self.assertIsNone(older.read('c'))
+    # Round 5 drops manifest 3 and b's v3 with it only if 4 no longer
+    # needs it: b is current at v3 in 4, so its file stays.
+    self._round(5, {'a': 5.0})
+    self.store.prune(5, updated=['a'], keep=[0, 4, 5])
+    self.assertEqual(client_store.committed_versions(self.root), [4, 5])
+    self.assertEqual(self._files(), [
+        os.path.join('clients', key('a'), 'v2.npz'),
+        os.path.join('clients', key('a'), 'v5.npz'),
+        os.path.join('clients', key('b'), 'v3.npz'),
+        os.path.join('clients', key('c'), 'v4.npz')])
+
   def _only_file_of(self, cid):
     directory = os.path.join(self.root, 'clients',
                              client_store._client_key(cid))

@@ -1,5 +1,6 @@
 """RunConfig validation and the resume-compatibility check."""
 
+import dataclasses
 import json
 import os
 
@@ -42,25 +43,27 @@ class RunConfigTest(parameterized.TestCase):
       ('optimizer', dict(client_optimizer='rmsprop'),
        'Unknown client_optimizer'),
       ('dataset', dict(dataset='imagenet'), 'Unknown dataset .*digits'),
-      ('p_order', dict(p_min=0.8, p_max=0.5), 'p_min=0.8 exceeds p_max=0.5'),
-      ('p_range', dict(p_min=0.0), r'Widths must be in \(0, 1\]'),
-      ('p_max_range', dict(p_max=1.5), r'Widths must be in \(0, 1\]'),
-      ('width_step', dict(width_step=0.0), 'width_step'),
-      ('lambda_negative', dict(ditto_lambda=-0.5), 'lambda must be'),
-      ('lambda_nan', dict(ditto_lambda=float('nan')), 'lambda must be'),
-      ('lambda_grid', dict(ditto_lambda_grid='0.1,x'), 'comma-separated'),
-      ('lambda_grid_negative', dict(ditto_lambda_grid='0.1,-1'),
+      ('p_order', dict(algorithm='aequa', p_min=0.8, p_max=0.5), 'p_min=0.8 exceeds p_max=0.5'),
+      ('p_range', dict(algorithm='aequa', p_min=0.0), r'Widths must be in \(0, 1\]'),
+      ('p_max_range', dict(algorithm='aequa', p_max=1.5), r'Widths must be in \(0, 1\]'),
+      ('width_step', dict(algorithm='aequa', width_step=0.0), 'width_step'),
+      ('lambda_negative', dict(algorithm='ditto', ditto_lambda=-0.5), 'lambda must be'),
+      ('lambda_nan', dict(algorithm='ditto', ditto_lambda=float('nan')), 'lambda must be'),
+      ('lambda_grid', dict(algorithm='ditto', ditto_lambda_grid='0.1,x'), 'comma-separated'),
+      ('lambda_grid_negative', dict(algorithm='ditto',
+                                    ditto_lambda_grid='0.1,-1'),
        'lambda must be'),
-      ('lambda_every', dict(ditto_lambda_every=-1),
+      ('lambda_every', dict(algorithm='ditto', ditto_lambda_every=-1),
        'ditto_lambda_every must be >= 0'),
-      ('grid_without_validation', dict(ditto_lambda_grid='0.1,1',
+      ('grid_without_validation', dict(algorithm='ditto',
+                                       ditto_lambda_grid='0.1,1',
                                        validation_fraction=0.0),
        'validation_fraction is 0'),
-      ('personal_iterate', dict(personal_iterate='best'),
+      ('personal_iterate', dict(algorithm='ditto', personal_iterate='best'),
        'Unknown personal_iterate .*average, last'),
       ('attack_without_fraction', dict(attack='label_poisoning'),
        'needs malicious_fraction'),
-      ('solver', dict(allocation_solver='greedy'),
+      ('solver', dict(algorithm='aequa', allocation_solver='greedy'),
        'Unknown allocation_solver'),
       ('server_held_out', dict(server_held_out_examples=-5),
        'server_held_out_examples must be >= 0'),
@@ -77,6 +80,38 @@ class RunConfigTest(parameterized.TestCase):
   def test_bad_settings(self, overrides, message):
     with self.assertRaisesRegex(config_lib.ConfigError, message):
       self._config(**overrides)
+
+  @parameterized.named_parameters(
+      ('lambdas_file', 'fedavg', dict(ditto_lambdas_file='l.json'), 'ditto'),
+      ('lambda_grid', 'aequa', dict(ditto_lambda_grid='0.1,1'), 'ditto'),
+      ('personal_rate', 'fedavg_ft', dict(client_learning_rate=0.1,
+                                          personal_learning_rate=0.3),
+       'ditto'),
+      ('contributions_file', 'ditto', dict(contributions_file='c.json'),
+       'aequa'),
+      ('p_min', 'standalone', dict(p_min=0.2), 'aequa'),
+      ('finetune_epochs', 'ditto', dict(finetune_epochs=3), 'fedavg_ft'),
+  )
+  def test_another_algorithm_s_setting_is_refused(self, algorithm, setting,
+                                                  owner):
+    name = list(setting)[-1]
+    with self.assertRaisesRegex(
+        config_lib.ConfigError,
+        f'^--{name}=.* is a setting of --algorithm={owner}, which'
+        f' --algorithm={algorithm} ignores; drop --{name} or use'
+        f' --algorithm={owner}.$'):
+      self._config(algorithm=algorithm, **setting)
+    self._config(algorithm=owner, **setting)  # Its own algorithm's.
+
+  def test_another_algorithm_s_settings_at_their_defaults_pass(self):
+    # As the program passes every flag; a resolved config passes again.
+    defaults = {name: getattr(config_lib.RunConfig, name)
+                for name in config_lib.ALGORITHM_SETTINGS}
+    for algorithm in config_lib.ALGORITHMS:
+      config = self._config(algorithm=algorithm, client_learning_rate=0.2,
+                            **defaults)
+      dataclasses.replace(config, rounds=3)
+      self.assertEqual(config.personal_learning_rate, 0.2)
 
   def test_output_dir_required(self):
     with self.assertRaisesRegex(config_lib.ConfigError, 'output_dir'):
@@ -109,12 +144,14 @@ class RunConfigTest(parameterized.TestCase):
     self.assertTrue(issubclass(config_lib.ConfigError, errors.UserError))
 
   def test_width_grid(self):
-    config = self._config(p_min=0.1, p_max=1.0, width_step=0.05)
+    config = self._config(algorithm='aequa', p_min=0.1, p_max=1.0,
+                          width_step=0.05)
     grid = config.width_grid()
     self.assertLen(grid, 19)
     self.assertAlmostEqual(grid[0], 0.1)
     self.assertAlmostEqual(grid[-1], 1.0)
-    self.assertEqual(self._config(p_min=0.3, width_step=0.5).width_grid(),
+    self.assertEqual(self._config(algorithm='aequa', p_min=0.3,
+                                  width_step=0.5).width_grid(),
                      (0.3, 0.8, 1.0))
 
   def test_partition_params(self):
@@ -247,6 +284,19 @@ class CheckOrSaveTest(parameterized.TestCase):
     config_lib.check_resumable(config_lib.RunConfig(
         output_dir=out, server_held_out_examples=1000))
 
+  def test_another_algorithm_s_saved_settings_are_not_compared(self):
+    # Saved before such settings were refused: they never acted on the run.
+    out = self.create_tempdir().full_path
+    saved = config_lib.RunConfig(output_dir=out, rounds=2).to_dict()
+    saved.update(p_min=0.25, ditto_lambda=0.5, personal_learning_rate=9.0)
+    with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
+      json.dump(saved, f)
+    config_lib.check_resumable(config_lib.RunConfig(output_dir=out, rounds=2))
+    with self.assertRaisesRegex(config_lib.ConfigError,
+                                "algorithm: saved run has 'fedavg'"):
+      config_lib.check_resumable(config_lib.RunConfig(
+          output_dir=out, rounds=2, algorithm='ditto'))
+
   def test_damaged_config_file(self):
     out = self.create_tempdir().full_path
     with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
@@ -271,8 +321,8 @@ class DatasetDefaultsTest(absltest.TestCase):
 
   def test_explicit_values_win(self):
     config = config_lib.RunConfig(
-        dataset='shakespeare', batch_size=16, client_learning_rate=0.5,
-        personal_learning_rate=0.1, output_dir='x')
+        algorithm='ditto', dataset='shakespeare', batch_size=16,
+        client_learning_rate=0.5, personal_learning_rate=0.1, output_dir='x')
     self.assertEqual((config.batch_size, config.client_learning_rate,
                       config.personal_learning_rate), (16, 0.5, 0.1))
 

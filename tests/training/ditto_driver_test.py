@@ -9,12 +9,14 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
+from tests import snapshot as snapshot_lib
 from tests import tff_test_utils
 from tff_fair.evaluation import per_client
 from tff_fair.state import client_store
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
 from tff_fair.training import experiment as experiment_lib
+from tff_fair.training import run_dir
 
 
 def _config(output_dir, **overrides):
@@ -57,6 +59,27 @@ def _validation_loss(spec, weights, x, y):
       from_logits=True)(y, model(x, training=False)))
 
 
+def _damage_checkpoint(output_dir, round_num):
+  """Truncates the variables of the checkpoint of `round_num`."""
+  os.truncate(os.path.join(run_dir.checkpoint_path(output_dir, round_num),
+                           'variables', 'variables.data-00000-of-00001'),
+              1000)
+
+
+def _personal_arrays(output_dir, round_num):
+  """Client -> its personal model's arrays in the manifest of `round_num`."""
+  store = os.path.join(output_dir, run_dir.PERSONAL)
+  with open(os.path.join(store, 'manifests', f'v{round_num}.json')) as f:
+    clients = json.load(f)['clients']
+  arrays = {}
+  for cid, entry in sorted(clients.items()):
+    path = os.path.join(store, 'clients', client_store._client_key(cid),
+                        f'v{entry["version"]}.npz')
+    with np.load(path) as npz:
+      arrays[cid] = [npz[f'a{i}'] for i in range(len(npz.files))]
+  return arrays
+
+
 def _read_csv(path):
   with open(path, newline='') as f:
     return list(csv.DictReader(f))
@@ -64,11 +87,11 @@ def _read_csv(path):
 
 class DittoDriverTest(tff_test_utils.TffTestCase):
 
-  def test_resume_gives_the_same_personal_models(self):
+  def test_resume_and_fallback_give_the_same_personal_models(self):
     settings = dict(personal_optimizer='adam', personal_learning_rate=0.01,
                     personal_epochs=2)
-    straight = driver.run(_config(self.create_tempdir().full_path, rounds=4,
-                                  **settings))
+    straight_dir = self.create_tempdir().full_path
+    straight = driver.run(_config(straight_dir, rounds=4, **settings))
     out = self.create_tempdir().full_path
     driver.run(_config(out, rounds=2, **settings))
     resumed = driver.run(_config(out, rounds=4, **settings))
@@ -79,13 +102,50 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
     # Two classes per client: personal models beat the global one.
     self.assertGreater(np.mean(_accuracies(straight, 'personalized')),
                        np.mean(_accuracies(straight, 'global')) + 0.2)
-    # The store keeps one manifest (the checkpoint's) and one file a client.
+    # The store keeps the versions of the checkpointed rounds 3 and 4 (0
+    # is the empty store), and only the files they reference.
     store = os.path.join(out, 'personal')
-    self.assertEqual(os.listdir(os.path.join(store, 'manifests')),
-                     ['v4.json'])
-    for client_dir in os.listdir(os.path.join(store, 'clients')):
-      self.assertLen(os.listdir(os.path.join(store, 'clients', client_dir)),
-                     1)
+    self.assertEqual(client_store.committed_versions(store), [3, 4])
+    referenced = set()
+    for version in (3, 4):
+      with open(os.path.join(store, 'manifests', f'v{version}.json')) as f:
+        referenced.update(
+            (client_store._client_key(cid), f'v{e["version"]}.npz')
+            for cid, e in json.load(f)['clients'].items())
+    on_disk = {(key, name)
+               for key in os.listdir(os.path.join(store, 'clients'))
+               for name in os.listdir(os.path.join(store, 'clients', key))}
+    self.assertEqual(on_disk, referenced)
+
+    # The latest checkpoint damaged: the fallback resumes from round 3 with
+    # round 3's personal models and ends exactly as the straight run.
+    _damage_checkpoint(out, 4)
+    fallback = driver.run(_config(out, rounds=4, **settings),
+                          checkpoint_fallback=True)
+    self.assertEqual(fallback.resumed_from_round, 3)
+    self.assertEqual(fallback.history[0]['train_loss'],
+                     straight.history[3]['train_loss'])
+    for kind in ('global', 'personalized'):
+      self.assertAllEqual(_accuracies(fallback, kind),
+                          _accuracies(straight, kind))
+    expected = _personal_arrays(straight_dir, 4)
+    got = _personal_arrays(out, 4)
+    self.assertEqual(list(got), list(expected))
+    for cid, arrays in expected.items():
+      for a, b in zip(got[cid], arrays):
+        self.assertAllEqual(a, b)
+
+    # A store of an older tff_fair kept the latest version only: the
+    # fallback is refused, saying why, and nothing is changed.
+    os.remove(os.path.join(store, 'manifests', 'v3.json'))
+    _damage_checkpoint(out, 4)
+    before = snapshot_lib.snapshot(out)
+    with self.assertRaisesRegex(
+        run_dir.RunDirError,
+        'not usable: round 3 .its personal models were not kept'):
+      driver.run(_config(out, rounds=4, **settings),
+                 checkpoint_fallback=True)
+    self.assertEqual(snapshot_lib.snapshot(out), before)
 
   def test_unsampled_keep_and_new_clients_start_from_global(self):
     out = self.create_tempdir().full_path

@@ -100,12 +100,21 @@ class LoadCheckpointTest(absltest.TestCase):
     self.assertTrue(os.path.isdir(
         run_dir.checkpoint_path(self.out, 3) + '_damaged'))
 
-  def test_fallback_skips_rounds_whose_personal_models_are_gone(self):
-    state = run_dir.load_checkpoint(
-        self.out, [0, 2, 3], self._load({3}), fallback=True,
-        usable=lambda v: None if v == 0 else 'its personal models were not'
-        ' kept')
-    self.assertEqual(state, ('state 0', 0))
+  def test_fallback_refuses_a_round_whose_personal_models_are_gone(self):
+    # Falling back past round 2 would train to round 2 again, whose
+    # checkpoint tff.program does not overwrite: refused, nothing renamed.
+    with self.assertRaisesRegex(
+        run_dir.RunDirError,
+        'can be resumed: damaged: .*program_state_3 .IndexError.*; not'
+        ' usable: round 2 .its personal models were not kept.*--start_over'):
+      run_dir.load_checkpoint(
+          self.out, [0, 2, 3], self._load({3}), fallback=True,
+          usable=lambda v: v and 'its personal models were not kept')
+    self.assertEqual(run_dir.checkpoint_versions(self.out), [0, 2, 3])
+    self.assertEqual(
+        run_dir.load_checkpoint(self.out, [0, 2, 3], self._load({3}),
+                                fallback=True, usable=lambda v: None),
+        ('state 2', 2))
 
   def test_nothing_intact(self):
     with self.assertRaisesRegex(run_dir.RunDirError,

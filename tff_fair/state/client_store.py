@@ -16,8 +16,10 @@ Consistency with the server checkpoint (the field notes' "two writes" trap):
 a round's client files are written first (each atomically: temporary file,
 fsync, rename), then the round's manifest (atomically). The training driver
 saves its checkpoint of round r after `commit(r)` and calls `prune(r)` only
-after that checkpoint is on disk. On resume from the checkpoint of round r the
-store opens manifest r: files and manifests of later rounds (a run killed
+after that checkpoint is on disk, naming the rounds whose checkpoints are
+kept: their manifests and files stay, so a resume that falls back to an
+older checkpoint finds that round's state. On resume from the checkpoint of
+round r the store opens manifest r: files and manifests of later rounds (a run killed
 after `commit` but before its checkpoint) are ignored and overwritten when
 those rounds run again, so a resumed run reads exactly the state an
 uninterrupted run would have.
@@ -105,7 +107,8 @@ class ClientStateStore:
       store.write(client_id, new_arrays, r)      # for each updated client
       store.commit(r)                            # the round's manifest
       ... save the server checkpoint of round r ...
-      store.prune(r)                             # drop superseded files
+      store.prune(r, updated, keep=kept_rounds)  # drop what no kept
+                                                 # checkpoint needs
   """
 
   def __init__(self, root: str, template: Sequence[np.ndarray]):
@@ -145,18 +148,23 @@ class ClientStateStore:
     """
     self._pending = {}
     self._version = version
-    if version == 0:
-      self._entries = {}
-      return
+    self._entries = self._read_manifest(version) if version else {}
+
+  def _read_manifest(self, version: int) -> dict[str, _Entry]:
+    """Client id -> entry of manifest `version`.
+
+    Raises:
+      ClientStateError: If the manifest is missing or damaged.
+    """
     path = self._manifest(version)
     try:
       with open(path) as f:
         manifest = json.load(f)
-      self._entries = {
+      return {
           cid: _Entry(e['version'], e['sha256'], e.get('metadata', {}))
           for cid, e in manifest['clients'].items()
       }
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
       raise ClientStateError(
           f'Client-state manifest {path} for round {version} is missing or'
           f' damaged ({e}). The checkpoint of round {version} needs it;'
@@ -240,21 +248,54 @@ class ClientStateStore:
                       json.dumps(manifest).encode('utf-8'))
     self._entries, self._pending, self._version = entries, {}, version
 
-  def prune(self, version: int, updated: Iterable[str] = ()) -> None:
-    """Deletes what manifest `version` no longer needs.
+  def prune(self, version: int, updated: Iterable[str] = (),
+            keep: Iterable[int] = ()) -> None:
+    """Deletes what the manifests still needed no longer reference.
 
-    Call only after the checkpoint of round `version` is saved. Older
-    manifests go; of the clients in `updated` (those written in that round)
-    the superseded files go. Clients not written keep their files (they are
-    still current), so a round costs work only for its own clients.
+    Call only after the checkpoint of round `version` is saved. Manifest
+    `version` and the older ones in `keep` (the rounds whose server
+    checkpoints are kept, so a run can fall back to them) stay; older
+    manifests go, with the files only they referenced. Of the clients in
+    `updated` (those written in round `version`) every file no kept
+    manifest references goes too. Other clients' files are touched only
+    when a manifest that referenced them goes, so a round costs work for
+    its own clients and the manifests it drops.
+
+    Args:
+      version: The round just checkpointed (its manifest is open).
+      updated: Clients written in that round.
+      keep: Earlier rounds whose manifests (and files) must stay.
     """
-    for old in committed_versions(self._root):
-      if old < version:
-        os.remove(self._manifest(old))
+    kept = sorted({v for v in keep if 0 < v < version})
+    dropped = [old for old in committed_versions(self._root)
+               if old < version and old not in kept]
+    candidates: dict[str, set[int]] = {}
+    for old in dropped:
+      try:
+        entries = self._read_manifest(old)
+      except ClientStateError:
+        entries = {}  # Unreadable: its files are left alone.
+      for cid, entry in entries.items():
+        candidates.setdefault(cid, set()).add(entry.version)
+    try:
+      manifests = [self._entries] + [self._read_manifest(v) for v in kept]
+    except ClientStateError:
+      return  # What a damaged kept manifest needs is unknown: delete nothing.
+    referenced: dict[str, set[int]] = {}
+    for manifest in manifests:
+      for cid, entry in manifest.items():
+        referenced.setdefault(cid, set()).add(entry.version)
+    # Manifests first: a kill midway leaves no manifest missing a file.
+    for old in dropped:
+      os.remove(self._manifest(old))
     for client_id in updated:
-      keep = self._entries[client_id].version
-      directory = os.path.dirname(self._file(client_id, keep))
+      directory = os.path.dirname(self._file(client_id, version))
       for name in os.listdir(directory):
         match = _VERSION_PATTERN.match(name)
-        if match and int(match.group(1)) != keep:
-          os.remove(os.path.join(directory, name))
+        if match:
+          candidates.setdefault(client_id, set()).add(int(match.group(1)))
+    for client_id, versions in candidates.items():
+      for stale in versions - referenced.get(client_id, set()):
+        path = self._file(client_id, stale)
+        if os.path.exists(path):
+          os.remove(path)

@@ -85,6 +85,22 @@ RESUMABLE_FIELDS = frozenset({
     'annealing_iterations', 'contributions_file', 'server_held_out_examples',
 })
 
+# Settings only one algorithm reads: {setting: algorithm}. With another
+# --algorithm a value other than the default would be silently ignored, so
+# `RunConfig` refuses it; resuming ignores them for the other algorithms.
+ALGORITHM_SETTINGS = {
+    'finetune_epochs': 'fedavg_ft',
+    **dict.fromkeys((
+        'ditto_lambda', 'ditto_lambda_grid', 'ditto_lambda_every',
+        'ditto_lambdas_file', 'ditto_variant', 'personal_epochs',
+        'personal_optimizer', 'personal_learning_rate', 'personal_iterate'),
+                    'ditto'),
+    **dict.fromkeys((
+        'p_min', 'p_max', 'widths_per_step', 'width_step',
+        'allocation_solver', 'annealing_iterations', 'contributions_file'),
+                    'aequa'),
+}
+
 CONFIG_FILE = 'config.json'
 
 # Settings whose default changed after runs were saved without them: a
@@ -103,6 +119,9 @@ class ConfigError(errors.UserError, ValueError):
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
   """Everything that defines a training run.
+
+  A setting that only one algorithm reads (`ALGORITHM_SETTINGS`) must keep
+  its default with any other algorithm: it would be ignored.
 
   Attributes:
     algorithm: One of `ALGORITHMS`.
@@ -259,8 +278,9 @@ class RunConfig:
       raise ConfigError(
           f'Unknown dataset {self.dataset!r}; choose one of'
           f' {", ".join(DATASETS)}.')
-    self._resolve_defaults()
     _check_choice('algorithm', self.algorithm, ALGORITHMS)
+    self._resolve_defaults()
+    self._check_algorithm_settings()
     _check_choice('partition', self.partition, PARTITIONS)
     _check_choice('client_optimizer', self.client_optimizer, OPTIMIZERS)
     _check_choice('server_optimizer', self.server_optimizer, OPTIMIZERS)
@@ -402,6 +422,24 @@ class RunConfig:
       object.__setattr__(self, 'personal_learning_rate',
                          self.client_learning_rate)
 
+  def _check_algorithm_settings(self) -> None:
+    """Refuses another algorithm's setting given a non-default value.
+
+    `personal_learning_rate` counts as not given when it is what leaving
+    it out resolves to (the client learning rate), so a resolved config
+    passes again (`dataclasses.replace`).
+    """
+    for name, owner in ALGORITHM_SETTINGS.items():
+      value = getattr(self, name)
+      if owner == self.algorithm or value == _DEFAULTS[name] or (
+          name == 'personal_learning_rate' and
+          value == self.client_learning_rate):
+        continue
+      raise ConfigError(
+          f'--{name}={value} is a setting of --algorithm={owner}, which'
+          f' --algorithm={self.algorithm} ignores; drop --{name} or use'
+          f' --algorithm={owner}.')
+
   def width_grid(self) -> tuple[float, ...]:
     """Widths of the width-accuracy curve: p_min, p_min + step, ..., p_max."""
     count = int(math.floor((self.p_max - self.p_min) / self.width_step + 1e-9))
@@ -443,6 +481,9 @@ class RunConfig:
     return dataclasses.asdict(self)
 
 
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+
+
 def check_lambda(name: str, value: float) -> None:
   """Ditto's lambda must be a finite number >= 0."""
   if not (isinstance(value, (int, float)) and math.isfinite(value) and
@@ -468,20 +509,24 @@ def incompatible_settings(
   A setting missing from `saved` (added to tff_fair after that run began)
   counts as what that run used: its default, or for a setting in
   `LEGACY_VALUES` whose partition the run used, the old value (the
-  default changed since).
+  default changed since). Settings of an algorithm other than `current`'s
+  (`ALGORITHM_SETTINGS`) are not compared: they never acted on the run.
   """
   now = current.to_dict()
-  defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
-  saved_partition = saved.get('partition', defaults['partition'])
+  saved_partition = saved.get('partition', _DEFAULTS['partition'])
   differences = []
   for key in sorted(set(saved) | set(now)):
     if key in RESUMABLE_FIELDS:
+      continue
+    # Another algorithm's setting never acted on the saved run (runs saved
+    # before such settings were refused may hold any value).
+    if ALGORITHM_SETTINGS.get(key, current.algorithm) != current.algorithm:
       continue
     legacy = None
     if key not in saved and LEGACY_VALUES.get(key, ('',))[0] == (
         saved_partition):
       legacy = LEGACY_VALUES[key][1]
-    was = saved.get(key, defaults.get(key, '<missing>') if legacy is None
+    was = saved.get(key, _DEFAULTS.get(key, '<missing>') if legacy is None
                     else legacy)
     if was != now.get(key, '<missing>'):
       difference = (f'{key}: saved run has {was!r}, this run asks'

@@ -11,7 +11,8 @@ Output directory layout:
     config.json            the run's settings (checked on resume)
     checkpoints/           tff.program.FileProgramStateManager, one per round
     personal/              Ditto's personal models (tff_fair.state), versioned
-                           by round in step with the checkpoints
+                           by round in step with the checkpoints (those of
+                           every kept checkpoint's round)
     personal_rounds.csv    Ditto: each sampled client's personal step per
                            round (lambda, training loss and accuracy of the
                            model it ends with; see personal.RoundLog)
@@ -264,8 +265,9 @@ class Trainer:
     """(state, round) from the latest checkpoint, or a fresh round-0 state.
 
     A damaged latest checkpoint stops the run with its path, or with
-    `checkpoint_fallback` gives way to the newest intact one whose personal
-    models are kept (`run_dir.load_checkpoint`).
+    `checkpoint_fallback` gives way to the newest intact one; for Ditto that
+    round's personal models are opened with it (`run_dir.load_checkpoint`
+    refuses a round whose personal models are gone).
     """
     out = self.config.output_dir
     initial = self._initial_state()
@@ -279,7 +281,11 @@ class Trainer:
       if (self._personal is None or not version
           or version in personal_versions):
         return None
-      return 'its personal models were not kept'
+      # Run directories of tff_fair before the store kept several rounds
+      # hold the latest round's personal models only.
+      return ('its personal models were not kept: this run directory was'
+              ' written by an older tff_fair that kept only the latest'
+              " round's")
 
     state, version = run_dir.load_checkpoint(
         out, run_dir.checkpoint_versions(out),
@@ -631,7 +637,9 @@ class Trainer:
       released['seconds'] = time.monotonic() - round_start
       asyncio.run(self._state_manager.save(state, round_num))
       if self._personal is not None:
-        self._personal.prune(round_num)
+        # The saved checkpoints' rounds (the manager has pruned its own).
+        self._personal.prune(
+            round_num, keep=run_dir.checkpoint_versions(config.output_dir))
       # A release for a round that has no checkpoint is overwritten when
       # that round runs again after a resume.
       asyncio.run(self._csv_release.release(released, key=round_num))

@@ -7,7 +7,7 @@ in, so the driver can choose it again every k rounds), and weights lookups
 for evaluation.
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 import csv
 import os
 from typing import Any, Optional, Union
@@ -136,9 +136,15 @@ class PersonalModels:
     """Writes the round's manifest (call before the server checkpoint)."""
     self._store.commit(round_num)
 
-  def prune(self, round_num: int) -> None:
-    """Drops superseded files (call after the server checkpoint)."""
-    self._store.prune(round_num, self._updated)
+  def prune(self, round_num: int, keep: Iterable[int] = ()) -> None:
+    """Drops what no kept checkpoint needs (call after the server checkpoint).
+
+    Args:
+      round_num: The round just checkpointed.
+      keep: The rounds whose server checkpoints are kept: their personal
+        models stay, so a resume can fall back to any of them.
+    """
+    self._store.prune(round_num, self._updated, keep=keep)
     self._updated = []
 
   def lookup(

@@ -256,14 +256,17 @@ def load_checkpoint(
       damaged; the damaged ones are renamed `<name>_damaged` (kept for
       inspection, ignored by tff.program).
     usable: `round -> None`, or why the run cannot resume from that round
-      (e.g. its personal models were not kept).
+      (e.g. its personal models were not kept). Asked of the rounds a
+      fallback reaches; an unusable one ends the search, as the rounds
+      before it cannot be resumed either (training again would reach its
+      checkpoint, which tff.program does not overwrite).
 
   Returns:
     (state, round), or (None, 0) when there is no checkpoint.
 
   Raises:
     RunDirError: If the latest checkpoint is damaged and `fallback` is off,
-      or no checkpoint is intact and usable.
+      or no checkpoint before it is intact and usable.
   """
   if not versions:
     return None, 0
@@ -275,7 +278,7 @@ def load_checkpoint(
       reason = usable(version)
       if reason:
         skipped.append(f'round {version} ({reason})')
-        continue
+        break
     try:
       state = load(version)
     except Exception as e:  # pylint: disable=broad-except
