@@ -2,9 +2,11 @@
 
 import csv
 import os
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tests import tff_test_utils
 from tff_fair.training import config as config_lib
@@ -66,16 +68,29 @@ class ResumeTest(tff_test_utils.TffTestCase):
     split_dir = self.create_tempdir().full_path
     first = driver.run(_config(split_dir, rounds=2))
     self.assertLen(first.history, 2)
+    # A crash in round 3 just after its checkpoint is written: the resume
+    # starts after round 3, so round 3's row must already be released.
+    real_save = tff.program.FileProgramStateManager.save
+
+    async def save_then_crash(manager, state, version):
+      await real_save(manager, state, version)
+      if version == 3:
+        raise RuntimeError('killed after the checkpoint of round 3')
+
+    with mock.patch.object(tff.program.FileProgramStateManager, 'save',
+                           save_then_crash):
+      with self.assertRaisesRegex(RuntimeError, 'killed after'):
+        driver.run(_config(split_dir, rounds=4))
     resumed = driver.run(_config(split_dir, rounds=4))
-    self.assertEqual(resumed.resumed_from_round, 2)
+    self.assertEqual(resumed.resumed_from_round, 3)
     # config.json describes the extended run, not the first invocation.
     self.assertEqual(config_lib.load_saved(split_dir)['rounds'], 4)
-    self.assertLen(resumed.history, 2)  # Only rounds 3 and 4 ran again.
+    self.assertLen(resumed.history, 1)  # Only round 4 ran again.
 
     self.assertAllClose(_losses(resumed), _losses(straight), rtol=1e-4)
     self.assertAllClose(_accuracies(resumed), _accuracies(straight))
-    for a, b in zip(straight.history[2:], resumed.history):
-      self.assertAllClose(a['train_loss'], b['train_loss'], rtol=1e-4)
+    self.assertAllClose(straight.history[3]['train_loss'],
+                        resumed.history[0]['train_loss'], rtol=1e-4)
 
     # The per-round release holds each round once, in order.
     with open(os.path.join(split_dir, 'metrics.csv')) as f:

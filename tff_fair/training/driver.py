@@ -635,17 +635,20 @@ class Trainer:
         over_clients, per_client_values = self._round_evaluation(state)
         released.update(over_clients)
       released['seconds'] = time.monotonic() - round_start
+      # Released before the checkpoint: a kill after the checkpoint would
+      # otherwise lose the round's row for good (a resume starts after it),
+      # while a round released without its checkpoint runs again and its
+      # release replaces the old one (the CSV manager drops rows >= key;
+      # TensorBoard purges steps it sees again).
+      asyncio.run(self._csv_release.release(released, key=round_num))
+      # Arrays become TensorBoard histograms: fairness as a distribution.
+      asyncio.run(self._tensorboard.release(
+          {**released, **per_client_values}, key=round_num))
       asyncio.run(self._state_manager.save(state, round_num))
       if self._personal is not None:
         # The saved checkpoints' rounds (the manager has pruned its own).
         self._personal.prune(
             round_num, keep=run_dir.checkpoint_versions(config.output_dir))
-      # A release for a round that has no checkpoint is overwritten when
-      # that round runs again after a resume.
-      asyncio.run(self._csv_release.release(released, key=round_num))
-      # Arrays become TensorBoard histograms: fairness as a distribution.
-      asyncio.run(self._tensorboard.release(
-          {**released, **per_client_values}, key=round_num))
       history.append(released)
       done = round_num - start_round
       eta = (time.monotonic() - started) / done * (config.rounds - round_num)
