@@ -162,6 +162,14 @@ _CASES = (
     ('finetune_epochs_with_standalone', dict(algorithm='standalone',
                                              finetune_epochs=3), None,
      ['--finetune_epochs=3', 'setting of --algorithm=fedavg_ft']),
+    # A setting the chosen aggregator, attack or partition does not read.
+    ('dp_noise_with_mean', dict(dp_noise_multiplier=0.5), None,
+     ['--dp_noise_multiplier=0.5', 'read only with --aggregator=dp']),
+    ('classes_per_client_with_dirichlet', dict(classes_per_client=3), None,
+     ['--classes_per_client=3', 'read only with --partition=label_skew',
+      'not with --partition=dirichlet']),
+    ('kappa_with_label_skew', dict(partition='label_skew', kappa=0.8), None,
+     ['--kappa=0.8', 'read only with --partition=quantity_skew']),
     # The output directory.
     ('output_dir_is_a_file', {},
      lambda out, files: dict(output_dir=_file(files)),

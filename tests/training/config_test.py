@@ -103,6 +103,28 @@ class RunConfigTest(parameterized.TestCase):
       self._config(algorithm=algorithm, **setting)
     self._config(algorithm=owner, **setting)  # Its own algorithm's.
 
+  @parameterized.named_parameters(
+      ('dp_noise', dict(dp_noise_multiplier=0.5), 'aggregator', 'mean',
+       'dp'),
+      ('attack_scale', dict(attack='label_poisoning', malicious_fraction=0.2,
+                            attack_scale=3.0), 'attack', 'label_poisoning',
+       'model_replacement'),
+      ('alpha', dict(partition='label_skew', alpha=0.3), 'partition',
+       'label_skew', 'dirichlet'),
+      ('kappa', dict(kappa=0.7), 'partition', 'dirichlet', 'quantity_skew'),
+      ('classes', dict(partition='homogeneous', classes_per_client=3),
+       'partition', 'homogeneous', 'label_skew'),
+  )
+  def test_setting_nothing_reads_is_refused(self, setting, other, value,
+                                            user):
+    name = list(setting)[-1]
+    with self.assertRaisesRegex(
+        config_lib.ConfigError,
+        f'^--{name}=.* is read only with --{other}={user}, not with'
+        f' --{other}={value}; drop --{name} or use --{other}={user}.$'):
+      self._config(**setting)
+    self._config(**dict(setting, **{other: user}))  # Read there.
+
   def test_another_algorithm_s_settings_at_their_defaults_pass(self):
     # As the program passes every flag; a resolved config passes again.
     defaults = {name: getattr(config_lib.RunConfig, name)
@@ -296,6 +318,21 @@ class CheckOrSaveTest(parameterized.TestCase):
                                 "algorithm: saved run has 'fedavg'"):
       config_lib.check_resumable(config_lib.RunConfig(
           output_dir=out, rounds=2, algorithm='ditto'))
+
+  def test_saved_settings_nothing_read_are_not_compared(self):
+    # Saved before such settings were refused: they never acted on the run.
+    out = self.create_tempdir().full_path
+    saved = config_lib.RunConfig(output_dir=out, partition='label_skew',
+                                 rounds=2).to_dict()
+    saved.update(alpha=0.3, dp_noise_multiplier=2.0)
+    with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
+      json.dump(saved, f)
+    config_lib.check_resumable(config_lib.RunConfig(
+        output_dir=out, partition='label_skew', rounds=2))
+    with self.assertRaisesRegex(config_lib.ConfigError,
+                                "partition: saved run has 'label_skew'"):
+      config_lib.check_resumable(config_lib.RunConfig(
+          output_dir=out, alpha=0.3, rounds=2))
 
   def test_damaged_config_file(self):
     out = self.create_tempdir().full_path

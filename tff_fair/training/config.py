@@ -101,6 +101,22 @@ ALGORITHM_SETTINGS = {
                     'aequa'),
 }
 
+# Settings read only when another setting has one of some values:
+# {setting: (other setting, its values that read it)}. Otherwise a value
+# other than the default would be silently ignored, so `RunConfig` refuses
+# it (after every value check, so a bad value is named as such first).
+DEPENDENT_SETTINGS = {
+    'dp_noise_multiplier': ('aggregator', ('dp',)),
+    'attack_scale': ('attack', ('model_replacement',)),
+    'alpha': ('partition', ('dirichlet',)),
+    'dirichlet_top_up': ('partition', ('dirichlet',)),
+    **dict.fromkeys(
+        ('kappa', 'quantity_clients', 'quantity_large_clients', 'kappa_scope'),
+        ('partition', ('quantity_skew',))),
+    **dict.fromkeys(('classes_per_client', 'label_skew_rule'),
+                    ('partition', ('label_skew',))),
+}
+
 CONFIG_FILE = 'config.json'
 
 # Settings whose default changed after runs were saved without them: a
@@ -405,6 +421,19 @@ class RunConfig:
           f' {self.dp_noise_multiplier}.')
     if not self.output_dir:
       raise ConfigError('output_dir is required (checkpoints go there).')
+    self._check_dependent_settings()
+
+  def _check_dependent_settings(self) -> None:
+    """Refuses a setting given where nothing reads it (`DEPENDENT_SETTINGS`)."""
+    for name, (other, users) in DEPENDENT_SETTINGS.items():
+      value = getattr(self, name)
+      if value == _DEFAULTS[name] or getattr(self, other) in users:
+        continue
+      wanted = ' or '.join(f'--{other}={u}' for u in users)
+      raise ConfigError(
+          f'--{name}={value} is read only with {wanted}, not with'
+          f' --{other}={getattr(self, other)}; drop --{name} or use'
+          f' {wanted}.')
 
   def _resolve_defaults(self) -> None:
     """Fills the settings left at 0 from the data set's defaults.
@@ -510,7 +539,8 @@ def incompatible_settings(
   counts as what that run used: its default, or for a setting in
   `LEGACY_VALUES` whose partition the run used, the old value (the
   default changed since). Settings of an algorithm other than `current`'s
-  (`ALGORITHM_SETTINGS`) are not compared: they never acted on the run.
+  (`ALGORITHM_SETTINGS`) and settings `current` does not read
+  (`DEPENDENT_SETTINGS`) are not compared: they never acted on the run.
   """
   now = current.to_dict()
   saved_partition = saved.get('partition', _DEFAULTS['partition'])
@@ -522,6 +552,12 @@ def incompatible_settings(
     # before such settings were refused may hold any value).
     if ALGORITHM_SETTINGS.get(key, current.algorithm) != current.algorithm:
       continue
+    # Likewise a setting the run's aggregator, attack or partition does not
+    # read (the setting it depends on is compared on its own).
+    if key in DEPENDENT_SETTINGS:
+      other, users = DEPENDENT_SETTINGS[key]
+      if getattr(current, other) not in users:
+        continue
     legacy = None
     if key not in saved and LEGACY_VALUES.get(key, ('',))[0] == (
         saved_partition):
