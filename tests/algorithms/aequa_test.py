@@ -84,8 +84,8 @@ class WidthDrawsTest(tf.test.TestCase):
 class AequaTest(tff_test_utils.TffTestCase):
 
   def test_sandwich_training_makes_every_width_useful(self):
-    process = aequa.build_aequa(_SPEC.model_fn, client_optimizer=_sgd(0.1),
-                                server_optimizer=_sgd(1.0), p_min=0.25)
+    process = aequa.build_aequa(_SPEC.model_fn, _sgd(0.1), _sgd(1.0),
+                                p_min=0.25, client_context=True)
     self.assertEqual(
         process.next.type_signature.parameter[1].member.data,
         tff.SequenceType(tff.types.to_type(collections.OrderedDict(
@@ -101,18 +101,18 @@ class AequaTest(tff_test_utils.TffTestCase):
 
     # Trained at full width only (no sampled widths), narrow sub-networks
     # are much worse: the sandwich term is what trains them.
-    full_only = aequa.build_aequa(_SPEC.model_fn, client_optimizer=_sgd(0.1),
-                                  server_optimizer=_sgd(1.0), p_min=0.25,
-                                  widths_per_step=0)
+    full_only = aequa.build_aequa(_SPEC.model_fn, _sgd(0.1), _sgd(1.0),
+                                  p_min=0.25, widths_per_step=0,
+                                  client_context=True)
     narrow = rewards.width_accuracy_curve(
         _SPEC.build_keras, _train(full_only, rounds=12), (0.25,),
         _X[1200:], _Y[1200:])
     self.assertGreater(curve[0], narrow[0] + 0.1)
 
   def test_runs_reproduce_from_client_seeds(self):
-    process = aequa.build_aequa(_SPEC.model_fn, client_optimizer=_sgd(0.1),
-                                server_optimizer=_sgd(1.0), p_min=0.25,
-                                widths_per_step=2)
+    process = aequa.build_aequa(_SPEC.model_fn, _sgd(0.1), _sgd(1.0),
+                                p_min=0.25, widths_per_step=2,
+                                client_context=True)
     a, b = _train(process, rounds=2), _train(process, rounds=2)
     self.assertAllClose(a.trainable, b.trainable)
 
@@ -121,8 +121,7 @@ class AequaTest(tff_test_utils.TffTestCase):
                                   (0.0, 1.0, r'in \(0, 1\]'),
                                   (0.5, 1.5, r'in \(0, 1\]')):
       with self.assertRaisesRegex(ValueError, message):
-        aequa.build_aequa(_SPEC.model_fn, client_optimizer=_sgd(0.1),
-                          server_optimizer=_sgd(1.0), p_min=p_min,
+        aequa.build_aequa(_SPEC.model_fn, _sgd(0.1), p_min=p_min,
                           p_max=p_max)
 
 

@@ -41,9 +41,8 @@ _SPEC = model_fns.build_model_spec(
 
 def _build_ditto(aggregator=None, average=True):
   return ditto.build_ditto(
-      _SPEC.model_fn, client_optimizer=_sgd(), server_optimizer=_sgd(1.0),
-      personal_optimizer=_sgd(), model_aggregator=aggregator,
-      average_personal_iterates=average)
+      _SPEC.model_fn, _sgd(), _sgd(1.0), personal_optimizer_fn=_sgd(),
+      model_aggregator=aggregator, average_personal_iterates=average)
 
 
 class DittoTest(tff_test_utils.TffTestCase):
@@ -54,8 +53,10 @@ class DittoTest(tff_test_utils.TffTestCase):
     # Tracing a process takes seconds: build the shared ones once.
     cls.ditto_process = _build_ditto()
     cls.last_iterate_process = _build_ditto(average=False)
+    # With attack specs in its client input (what tff_fair.training runs).
     cls.fed_avg_process = fed_avg.build_fed_avg(_SPEC.model_fn, _sgd(),
-                                                _sgd(1.0))
+                                                _sgd(1.0),
+                                                client_context=True)
 
   def setUp(self):
     super().setUp()
@@ -70,18 +71,26 @@ class DittoTest(tff_test_utils.TffTestCase):
     return process.set_model_weights(process.initialize(), self.w0)
 
   def test_benign_fed_avg_equals_tff_fed_avg(self):
-    ours = self.fed_avg_process
     theirs = tff.learning.algorithms.build_weighted_fed_avg(
         self.spec.model_fn, client_optimizer_fn=_sgd(),
         server_optimizer_fn=_sgd(1.0))
-    a = ours.next(self._state(ours),
-                  [fed_avg.client_input(_dataset(i)) for i in range(3)])
     b = theirs.next(theirs.set_model_weights(theirs.initialize(), self.w0),
                     [_dataset(i) for i in range(3)])
-    self.assertAllClose(ours.get_model_weights(a.state).trainable,
-                        theirs.get_model_weights(b.state).trainable)
-    self.assertEqual(a.metrics['client_work']['train'],
-                     b.metrics['client_work']['train'])
+    # Ditto's `next` is our FedAvg's default (plain data sets, as TFF's);
+    # the client-context FedAvg gets benign attack specs.
+    plain, context = self.ditto_process, self.fed_avg_process
+    # The same client input as TFF's (the state differs: TFF's client work
+    # keeps the client optimizer's hyperparameters, ours keeps nothing).
+    self.assertEqual(plain.next.type_signature.parameter[1],
+                     theirs.next.type_signature.parameter[1])
+    for ours, inputs in (
+        (plain, [_dataset(i) for i in range(3)]),
+        (context, [fed_avg.client_input(_dataset(i)) for i in range(3)])):
+      a = ours.next(self._state(ours), inputs)
+      self.assertAllClose(ours.get_model_weights(a.state).trainable,
+                          theirs.get_model_weights(b.state).trainable)
+      self.assertEqual(a.metrics['client_work']['train'],
+                       b.metrics['client_work']['train'])
 
   def test_update_attacks(self):
     process = self.fed_avg_process
@@ -190,7 +199,7 @@ class DittoTest(tff_test_utils.TffTestCase):
 
     def select(round_num):
       rounds.append(round_num)
-      return [fed_avg.client_input(_dataset(i)) for i in range(2)]
+      return [_dataset(i) for i in range(2)]
 
     state = tff.simulation.run_training_process(
         process, select, total_rounds=2)
@@ -206,8 +215,8 @@ class DittoTest(tff_test_utils.TffTestCase):
     ):
       # The aggregator only enters `next`; `personalize` is tested above.
       process = self._ditto(aggregator)
-      state = process.next(self._state(process), [
-          fed_avg.client_input(_dataset(i)) for i in range(2)]).state
+      state = process.next(self._state(process),
+                           [_dataset(i) for i in range(2)]).state
       moved = _distance(process.get_model_weights(state), self.w0)
       self.assertGreater(moved, 0.0, type(aggregator).__name__)
       self.assertTrue(np.isfinite(moved))

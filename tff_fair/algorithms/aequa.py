@@ -9,22 +9,36 @@ leaves open is documented where it is made:
   every minibatch step a client trains the full width and `widths_per_step`
   widths drawn uniformly from [p_min, p_max), summing the losses (one
   gradient step on the sum). Widths are drawn with a stateless generator
-  (`sample_widths`) whose seed folds the step index into the per-client,
-  per-round seed the driver sends (the `seed` of the client's
-  `tff_fair.attacks` spec), so runs reproduce and no two (client, step)
-  pairs share their draws. Every client trains the full width, so every
-  coordinate is trained by every client and plain (weighted) averaging
-  applies; any
-  `tff.aggregators` factory works.
+  (`sample_widths`) whose seed folds the step index into the client's seed
+  for the round, so no two (client, step) pairs share their draws. Every
+  client trains the full width, so every coordinate is trained by every
+  client and plain (weighted) averaging applies; any `tff.aggregators`
+  factory works.
 * Width-accuracy curve, allocation and metrics: `tff_fair.fairness` and the
   training driver (the allocation is plain numpy, outside TFF).
 
 Training metrics (loss, accuracy) are those of the full-width pass; the
 sampled widths' losses enter the gradient only, so nothing is counted twice.
 
-Type signatures (client data are plain batches; the width is added inside):
+Client seeds. By default client data are plain batches, as for any
+`tff.learning` process, and a client's seed is derived inside the
+computation (`fed_avg.derived_seed`): a fingerprint of the broadcast model
+and of the client's first batch. Runs are reproducible (same initial state,
+same data in the same order: same widths), draws change every round (the
+model changes), and clients with different data draw differently; clients
+whose first batches are identical draw the same widths in a round. With
+`client_context=True` each client's input carries a
+`tff_fair.attacks` spec whose `seed` the driver chooses per client and round
+(`tff_fair.training` does), so draws are independent of the data.
+
+Type signatures (the width is added inside the loop, never sent):
 
     initialize: ( -> S@SERVER)
+    next:       (<S@SERVER, {D*}@CLIENTS> ->
+                 <state=S@SERVER, metrics=M@SERVER>)
+
+and with `client_context=True`:
+
     next:       (<S@SERVER, {<data=D*, attack=A*>}@CLIENTS> ->
                  <state=S@SERVER, metrics=M@SERVER>)
 """
@@ -67,7 +81,8 @@ def sample_widths(seed, step, p_min: float, p_max: float,
   """The widths one local step trains besides the full width.
 
   Args:
-    seed: The client's seed (int32[2]: round seed, client index).
+    seed: The client's seed (int32[2]: round seed and client index from the
+      client's attack spec, or `fed_avg.derived_seed`).
     step: The local step's index (int32 scalar).
     p_min: Smallest width.
     p_max: Upper end of the range (drawn widths are < p_max unless p_min ==
@@ -133,28 +148,53 @@ def build_sandwich_loop_fn(
 
 def build_aequa(
     model_fn: Callable[[], tff.learning.models.VariableModel],
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
     *,
-    client_optimizer: tff.learning.optimizers.Optimizer,
-    server_optimizer: tff.learning.optimizers.Optimizer,
-    model_aggregator: Optional[tff.aggregators.AggregationFactory] = None,
     p_min: float = 0.1,
     p_max: float = 1.0,
     widths_per_step: int = 1,
+    client_weighting: fed_avg.ClientWeighting = (
+        fed_avg.ClientWeighting.NUM_EXAMPLES),
+    model_distributor: Optional[
+        tff.learning.templates.DistributionProcess] = None,
+    model_aggregator: Optional[tff.aggregators.AggregationFactory] = None,
+    metrics_aggregator: Optional[
+        tff.learning.metrics.MetricsAggregatorType] = None,
+    client_context: bool = False,
 ) -> tff.learning.templates.LearningProcess:
   """Builds Aequa's federated slimmable training.
+
+  Type signatures:
+
+      initialize: ( -> S@SERVER)
+      next:       (<S@SERVER, {D*}@CLIENTS> ->
+                   <state=S@SERVER, metrics=M@SERVER>)
+
+  where D is the model's input without the width; with
+  `client_context=True`, `next` takes `{<data=D*, attack=A*>}@CLIENTS`.
 
   Args:
     model_fn: Returns a fresh `VariableModel` of a slimmable Keras model
       whose input spec carries the width (`slimmable_models.build_model_spec`).
-    client_optimizer: Local optimizer.
-    server_optimizer: Server optimizer (applied to the averaged update).
-    model_aggregator: Any `tff.aggregators` factory.
+    client_optimizer_fn: Local optimizer.
+    server_optimizer_fn: Server optimizer (applied to the averaged update);
+      default SGD with learning rate 1.0 (TFF's default).
     p_min: Smallest width trained (and allocated).
     p_max: Largest sampled width (1.0: the full model).
     widths_per_step: Widths sampled per step besides the full width.
+    client_weighting: As in `fed_avg.build_fed_avg`.
+    model_distributor: As in `fed_avg.build_fed_avg`.
+    model_aggregator: Any `tff.aggregators` factory.
+    metrics_aggregator: As in `fed_avg.build_fed_avg`.
+    client_context: Opt in to per-client attack specs whose seeds seed the
+      widths (per-client, per-round seeded draws chosen by the caller).
+      Without it the seeds are derived from the broadcast model and each
+      client's first batch: reproducible for the same state and data; see
+      the module docstring.
 
   Returns:
-    A `tff.learning.templates.LearningProcess`; see the module docstring.
+    A `tff.learning.templates.LearningProcess`.
 
   Raises:
     ValueError: For widths outside (0, 1], p_min > p_max, or
@@ -164,6 +204,11 @@ def build_aequa(
   if widths_per_step < 0:
     raise ValueError(f'widths_per_step must be >= 0, got {widths_per_step}.')
   return fed_avg.build_fed_avg(
-      model_fn, client_optimizer, server_optimizer, model_aggregator,
+      model_fn, client_optimizer_fn, server_optimizer_fn,
+      client_weighting=client_weighting,
+      model_distributor=model_distributor,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator,
+      client_context=client_context,
       training_loop_fn=build_sandwich_loop_fn(p_min, p_max, widths_per_step),
       data_type=plain_data_type(model_fn))

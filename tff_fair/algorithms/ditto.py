@@ -14,11 +14,12 @@ So `build_ditto` returns a `DittoProcess`: a genuine `LearningProcess` for
 the global model (drive it with `initialize`/`next`/`get_model_weights`/
 `set_model_weights` or `tff.simulation.run_training_process` like any other),
 plus the computation `personalize` that returns the updated personal models
-placed at the clients. Whoever drives the rounds (`tff_fair.training`, or
-your own loop) keeps the personal models between rounds; one round is:
+placed at the clients. Whoever drives the rounds keeps the personal models
+between rounds: `tff_fair.training` on disk, `PersonalModels` in memory for
+a loop of your own. One round is:
 
     personal = process.personalize(state, personal_inputs)  # anchored at w^t
-    state, metrics = process.next(state, client_inputs)     # w^t -> w^{t+1}
+    state, metrics = process.next(state, datasets)          # w^t -> w^{t+1}
 
 `personalize` reads w^t from the state it is given, so it must be called
 with the state *before* `next` (both see the same w^t).
@@ -37,18 +38,22 @@ iterates (`average_personal_iterates`): on one client's skewed data, SGD at
 the usual learning rate now and then ends an epoch on a collapsed iterate
 (one class predicted for most examples) that the average does not follow.
 
-Type signatures:
+Type signatures (`next` as `tff.learning.algorithms.build_weighted_fed_avg`'s):
 
     initialize:  ( -> S@SERVER)
-    next:        (<S@SERVER, {<data=D*, attack=A*>}@CLIENTS> ->
+    next:        (<S@SERVER, {D*}@CLIENTS> ->
                   <state=S@SERVER, metrics=M@SERVER>)
     personalize: (<S@SERVER, {<data=D*, personal=W, lam=float32>}@CLIENTS>
                   -> {<personal=W, loss=float32, num_examples=int64>}@CLIENTS)
+
+With `client_context=True` (`tff_fair.training` uses it) `next` takes
+`{<data=D*, attack=A*>}@CLIENTS` (`fed_avg.client_input`), so chosen clients
+can attack the global model; the state is the same either way.
 """
 
 import collections
-from collections.abc import Callable
-from typing import Optional
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -130,34 +135,68 @@ def build_personal_update(
 
 def build_ditto(
     model_fn: ModelFn,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
     *,
-    client_optimizer: tff.learning.optimizers.Optimizer,
-    server_optimizer: tff.learning.optimizers.Optimizer,
-    personal_optimizer: tff.learning.optimizers.Optimizer,
+    personal_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+    client_weighting: fed_avg.ClientWeighting = (
+        fed_avg.ClientWeighting.NUM_EXAMPLES),
+    model_distributor: Optional[
+        tff.learning.templates.DistributionProcess] = None,
     model_aggregator: Optional[tff.aggregators.AggregationFactory] = None,
+    metrics_aggregator: Optional[
+        tff.learning.metrics.MetricsAggregatorType] = None,
     average_personal_iterates: bool = True,
+    client_context: bool = False,
 ) -> DittoProcess:
   """Builds Ditto.
 
+  The global model is trained by `fed_avg.build_fed_avg` with the same
+  arguments (TFF's, as in `tff.learning.algorithms.build_weighted_fed_avg`);
+  `personalize` trains the personal models.
+
+  Type signatures:
+
+      initialize:  ( -> S@SERVER)
+      next:        (<S@SERVER, {D*}@CLIENTS> ->
+                    <state=S@SERVER, metrics=M@SERVER>)
+      personalize: (<S@SERVER, {<data=D*, personal=W, lam=float32>}@CLIENTS>
+                    -> {<personal=W, loss=float32, num_examples=int64>}
+                    @CLIENTS)
+
+  With `client_context=True`, `next` takes `{<data=D*, attack=A*>}@CLIENTS`
+  (`fed_avg.client_input`); `personalize` is the same either way.
+
   Args:
     model_fn: No-arg callable returning a fresh `VariableModel`.
-    client_optimizer: Local optimizer of the global model's FedAvg.
-    server_optimizer: Server optimizer of FedAvg.
-    personal_optimizer: Optimizer of the personal models (SGD as in the
-      paper, Adam or AdamW).
+    client_optimizer_fn: Local optimizer of the global model's FedAvg.
+    server_optimizer_fn: Server optimizer of FedAvg; default SGD with
+      learning rate 1.0 (TFF's default).
+    personal_optimizer_fn: Optimizer of the personal models (SGD as in the
+      paper, Adam or AdamW); default `client_optimizer_fn`.
+    client_weighting: As in `fed_avg.build_fed_avg`.
+    model_distributor: As in `fed_avg.build_fed_avg`.
     model_aggregator: Any `tff.aggregators` factory for the global model's
       updates (robust, differentially private, compressed, ...).
+    metrics_aggregator: As in `fed_avg.build_fed_avg`.
     average_personal_iterates: The new personal model is the mean of the
       round's iterates (default; stable on skewed clients) rather than the
       last iterate (the reference code).
+    client_context: Per-client attack specs in `next`'s input; see
+      `fed_avg.build_fed_avg`.
 
   Returns:
     A `DittoProcess`; see the module docstring.
   """
   global_process = fed_avg.build_fed_avg(
-      model_fn, client_optimizer, server_optimizer, model_aggregator)
+      model_fn, client_optimizer_fn, server_optimizer_fn,
+      client_weighting=client_weighting,
+      model_distributor=model_distributor,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator,
+      client_context=client_context)
   personal_update = build_personal_update(
-      model_fn, personal_optimizer,
+      model_fn, personal_optimizer_fn or client_optimizer_fn,
       average_iterates=average_personal_iterates)
   state_type = global_process.initialize.type_signature.result
   client_type = personal_update.type_signature.parameter[1]
@@ -170,3 +209,129 @@ def build_ditto(
     return tff.federated_map(personal_update, (anchor, clients))
 
   return DittoProcess(global_process, personalize)
+
+
+class PersonalModels:
+  """Each client's personal model, in memory, for a loop of your own.
+
+  Keeps `{client_id: ModelWeights}` between rounds around a `DittoProcess`:
+  a round trains the sampled clients' personal models with `personalize`
+  (anchored at the global model in `state`), keeps them, then runs `next`.
+  A client seen for the first time starts from the current global model.
+  Nothing is written to disk (`tff_fair.training` keeps personal models in
+  a versioned on-disk store instead).
+
+      personal = ditto.PersonalModels(process, lam=0.1)
+      state = process.initialize()
+      for round_num in range(rounds):
+        ids = sample(client_data.client_ids)
+        datasets = [client_data.create_tf_dataset_for_client(c) for c in ids]
+        state, metrics = personal.round(state, ids, datasets)
+      personal[ids[0]].assign_weights_to(keras_model)
+
+  `personalize` returns values placed at the clients, so this needs a
+  context that returns them (TFF's local runtime does; TFF's
+  `NativeFederatedContext` of `tff.program` does not).
+  """
+
+  def __init__(
+      self,
+      process: DittoProcess,
+      lam: Union[float, Mapping[Hashable, float]] = 1.0,
+      initial: Optional[Mapping[Hashable, ModelWeights]] = None,
+  ):
+    """Initializes the store.
+
+    Args:
+      process: A `DittoProcess`.
+      lam: Ditto's lambda, one for all clients or one per client id.
+      initial: Personal models to start from, by client id.
+    """
+    self._process = process
+    self._lam = lam
+    self._weights = dict(initial or {})
+
+  def lam(self, client_id: Hashable) -> float:
+    """The lambda of `client_id`."""
+    if isinstance(self._lam, Mapping):
+      return float(self._lam[client_id])
+    return float(self._lam)
+
+  def __getitem__(self, client_id: Hashable) -> ModelWeights:
+    return self._weights[client_id]
+
+  def __contains__(self, client_id: Hashable) -> bool:
+    return client_id in self._weights
+
+  def __len__(self) -> int:
+    return len(self._weights)
+
+  def items(self):
+    return self._weights.items()
+
+  def get(self, client_id: Hashable, state: Any) -> ModelWeights:
+    """The personal model of `client_id`, or the global model of `state`."""
+    if client_id in self._weights:
+      return self._weights[client_id]
+    return self._process.get_model_weights(state)
+
+  def personalize(
+      self, state: Any, client_ids: Sequence[Hashable],
+      datasets: Sequence[tf.data.Dataset],
+  ) -> dict[Hashable, collections.OrderedDict]:
+    """Trains and keeps the personal models of `client_ids` on `datasets`.
+
+    Args:
+      state: The process state of the round (before `next`).
+      client_ids: The round's clients.
+      datasets: Their batched data sets, in the same order.
+
+    Returns:
+      `{client_id: OrderedDict(loss=, num_examples=)}`: the mean training
+      loss over the round's batches and the examples seen.
+    """
+    if len(client_ids) != len(datasets):
+      raise ValueError(f'{len(client_ids)} client ids for {len(datasets)}'
+                       ' data sets.')
+    if not client_ids:
+      return {}
+    anchor = None
+    inputs = []
+    for cid, dataset in zip(client_ids, datasets):
+      start = self._weights.get(cid)
+      if start is None:
+        if anchor is None:
+          anchor = self._process.get_model_weights(state)
+        start = anchor
+      inputs.append(personal_input(dataset, start, self.lam(cid)))
+    outputs = self._process.personalize(state, inputs)
+    results = {}
+    for cid, out in zip(client_ids, outputs):
+      self._weights[cid] = out['personal']
+      results[cid] = collections.OrderedDict(
+          loss=float(out['loss']), num_examples=int(out['num_examples']))
+    return results
+
+  def round(
+      self, state: Any, client_ids: Sequence[Hashable],
+      datasets: Sequence[tf.data.Dataset],
+      next_inputs: Optional[Sequence[Any]] = None,
+  ) -> tff.learning.templates.LearningProcessOutput:
+    """One Ditto round: `personalize` then `next`, both from `state`.
+
+    Args:
+      state: The process state before the round.
+      client_ids: The round's clients.
+      datasets: Their batched data sets, for both the personal and the
+        global update (the same batches, as the reference's interleaved
+        loop).
+      next_inputs: The clients' inputs to `next` when they differ from
+        `datasets` (e.g. `fed_avg.client_input`s for a process built with
+        `client_context`).
+
+    Returns:
+      `next`'s `LearningProcessOutput(state, metrics)`.
+    """
+    self.personalize(state, client_ids, datasets)
+    return self._process.next(
+        state, list(datasets) if next_inputs is None else list(next_inputs))

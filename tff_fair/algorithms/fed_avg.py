@@ -1,25 +1,32 @@
-"""Federated Averaging whose clients may attack: the global half of Ditto.
+"""Federated Averaging, optionally with per-client context (attacks, seeds).
 
 The process is TFF's FedAvg (`tff.learning.algorithms.build_weighted_fed_avg`)
-assembled from the same templates (broadcast distributor, client work, any
-`tff.aggregators` factory, `build_apply_optimizer_finalizer`) with one
-difference: each client's input carries an `AttackSpec` next to its data, so
-robustness experiments can make chosen clients send poisoned updates
-(`tff_fair.attacks`). A benign client's update is exactly FedAvg's
-(`initial - trained` trainable weights, weighted by examples); the tests check
-this against TFF's own process.
+assembled from the same templates (a distributor, client work, any
+`tff.aggregators` factory, `build_apply_optimizer_finalizer`) and takes the
+same arguments. By default it is a drop-in replacement: each client's input
+is its batched data set, as for every `tff.learning` process, so it runs in
+`tff.simulation.run_training_process`, `tff.learning.programs.train_model`
+or a loop of your own:
 
-Client input (one per client, see `client_input`):
+    next: (<S@SERVER, {D*}@CLIENTS> -> <state=S@SERVER, metrics=M@SERVER>)
 
-    <data=D*, attack=<kind=int32, scale=float32, seed=int32[2]>*>
+A benign client's update is exactly FedAvg's (`initial - trained` trainable
+weights, weighted by examples); the tests check this against TFF's own
+process.
 
-`attack` is a data set of one element because `compose_learning_process`
-takes client data as a structure of sequences.
+With `client_context=True` every client's input also carries an `AttackSpec`
+(`tff_fair.attacks`), so robustness experiments can make chosen clients send
+poisoned updates, and its `seed` seeds the client's own randomness (Aequa's
+widths):
 
-Type signature of `next`:
+    next: (<S@SERVER, {<data=D*, attack=A*>}@CLIENTS> ->
+           <state=S@SERVER, metrics=M@SERVER>)
+    A = <kind=int32, scale=float32, seed=int32[2]>
 
-    (<S@SERVER, {<data=D*, attack=A*>}@CLIENTS> -> <state=S@SERVER,
-     metrics=M@SERVER>)
+`attack` is a data set of one element (`client_input` builds it) because
+`compose_learning_process` takes client data as a structure of sequences.
+The option changes the client input only: the state, and so checkpoints, are
+the same with and without it. `tff_fair.training` opts in.
 """
 
 import collections
@@ -37,13 +44,28 @@ ModelFn = Callable[[], tff.learning.models.VariableModel]
 TrainingLoopFn = Callable[
     [tff.learning.models.VariableModel, tff.learning.optimizers.Optimizer],
     Callable[..., collections.OrderedDict]]
+ClientWeighting = tff.learning.ClientWeighting
+
+
+def default_server_optimizer() -> tff.learning.optimizers.Optimizer:
+  """TFF's default server optimizer: SGD with learning rate 1.0."""
+  return tff.learning.optimizers.build_sgdm(learning_rate=1.0)
 
 
 def client_input(
     dataset: tf.data.Dataset,
     attack: Optional[collections.OrderedDict] = None,
 ) -> collections.OrderedDict:
-  """One client's input to `next`: its batched data and its attack spec."""
+  """One client's input to `next` of a process built with `client_context`.
+
+  Args:
+    dataset: The client's batched data set.
+    attack: Its `tff_fair.attacks.attack_spec` (default: `no_attack()`,
+      whose seed is 0).
+
+  Returns:
+    `OrderedDict(data=dataset, attack=<one-element data set of the spec>)`.
+  """
   spec = attacks.no_attack() if attack is None else attack
   return collections.OrderedDict(
       data=dataset, attack=tf.data.Dataset.from_tensors(spec))
@@ -57,6 +79,36 @@ def _first_element(dataset: tf.data.Dataset):
       lambda _, element: element)
 
 
+def _fingerprint(structure) -> tf.Tensor:
+  """uint8[1, 8]: a farmhash64 fingerprint of every tensor's contents."""
+  parts = [tf.fingerprint(tf.reshape(t, [1, -1]))
+           for t in tf.nest.flatten(structure)]
+  return tf.fingerprint(tf.concat(parts, axis=1))
+
+
+def derived_seed(weights, data: tf.data.Dataset) -> tf.Tensor:
+  """A client's seed (int32[2]) without client context, inside a graph.
+
+  A fingerprint of the broadcast model's weights (new every round) and of
+  the client's first batch (differs between clients with different data):
+  the same state and the same data in the same order give the same seed,
+  so a run with deterministic data reproduces. Clients whose first batches
+  are identical share their seed within a round.
+
+  Args:
+    weights: The client's initial `ModelWeights` (or any structure).
+    data: The client's batched data set; its first batch is read.
+
+  Returns:
+    int32[2].
+  """
+  first_batch = data.take(1).reduce(
+      tf.zeros([1, 8], tf.uint8), lambda _, batch: _fingerprint(batch))
+  combined = tf.fingerprint(tf.concat(
+      [_fingerprint(weights), first_batch], axis=1))
+  return tf.bitcast(tf.reshape(combined, [2, 4]), tf.int32)
+
+
 def _plain_training_loop(model, optimizer):
   loop = client_training.build_training_loop(model, optimizer)
   return lambda start, data, seed: loop(start, data)
@@ -66,26 +118,44 @@ def build_client_work(
     model_fn: ModelFn,
     optimizer: tff.learning.optimizers.Optimizer,
     *,
+    client_weighting: ClientWeighting = ClientWeighting.NUM_EXAMPLES,
+    metrics_aggregator: Optional[
+        tff.learning.metrics.MetricsAggregatorType] = None,
+    client_context: bool = False,
     training_loop_fn: Optional[TrainingLoopFn] = None,
     data_type: Optional[tff.SequenceType] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
-  """Client work: local training from the broadcast model, then the attack.
+  """Client work: local training from the broadcast model (then the attack).
 
   Type signature of `next`:
-    (<()@SERVER, {W}@CLIENTS, {<data=D*, attack=A*>}@CLIENTS> ->
-     <state=()@SERVER, result={ClientResult}@CLIENTS, measurements=
-     <train=M>@SERVER>)
+    (<()@SERVER, {W}@CLIENTS, {D*}@CLIENTS> -> <state=()@SERVER,
+     result={ClientResult}@CLIENTS, measurements=<train=M>@SERVER>)
+
+  with `{<data=D*, attack=A*>}@CLIENTS` as client data under
+  `client_context`.
 
   Args:
     model_fn: No-arg callable returning a fresh `VariableModel`.
     optimizer: The local optimizer.
+    client_weighting: `tff.learning.ClientWeighting.NUM_EXAMPLES` (default)
+      or `UNIFORM`. A client whose update is not finite gets weight 0 and a
+      zero update, as in TFF.
+    metrics_aggregator: As in `tff.learning.algorithms.
+      build_weighted_fed_avg`; default `tff.learning.metrics.
+      sum_then_finalize`.
+    client_context: Client input `<data=D*, attack=A*>` (see the module
+      docstring) instead of `D*`.
     training_loop_fn: `(model, optimizer) -> train(start, data, seed)` with
       the contract of `client_training.build_training_loop` plus a per-client
-      seed (int32[2]) for the loop's own randomness; default: plain local
+      seed (int32[2]) for the loop's own randomness: the attack spec's seed
+      under `client_context`, else `derived_seed`. Default: plain local
       training. Aequa's sandwich training plugs in here.
     data_type: The client data's type when it differs from the model's
       input spec (e.g. Aequa adds the width inside the loop).
   """
+  if not isinstance(client_weighting, ClientWeighting):
+    raise TypeError('client_weighting must be a tff.learning.ClientWeighting,'
+                    f' got {client_weighting!r}.')
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
   with tf.Graph().as_default():
     probe = model_fn()
@@ -94,24 +164,37 @@ def build_client_work(
             lambda v: tf.TensorSpec.from_tensor(tf.convert_to_tensor(v)),
             probe.report_local_unfinalized_metrics()))
     metric_finalizers = probe.metric_finalizers()
-  input_type = collections.OrderedDict(
-      data=data_type or client_training.data_type_of(model_fn),
-      attack=tff.SequenceType(tff.types.tensorflow_to_type(
-          attacks.attack_spec_type())))
+  data_type = data_type or client_training.data_type_of(model_fn)
+  if client_context:
+    input_type = collections.OrderedDict(
+        data=data_type,
+        attack=tff.SequenceType(tff.types.tensorflow_to_type(
+            attacks.attack_spec_type())))
+  else:
+    input_type = data_type
 
   @tff.tensorflow.computation(weights_type, input_type)
   def client_update(initial_weights, client_data):
-    spec = _first_element(client_data['attack'])
+    if client_context:
+      spec = _first_element(client_data['attack'])
+      data, seed = client_data['data'], spec['seed']
+    else:
+      data = client_data
+      seed = (tf.zeros([2], tf.int32) if training_loop_fn is None
+              else derived_seed(initial_weights, data))
     loop = (training_loop_fn or _plain_training_loop)(model_fn(), optimizer)
-    trained = loop(initial_weights, client_data['data'], spec['seed'])
+    trained = loop(initial_weights, data, seed)
     update = tf.nest.map_structure(
         tf.subtract, initial_weights.trainable, trained['weights'].trainable)
-    update = attacks.apply_update_attack(update, spec)
+    if client_context:
+      update = attacks.apply_update_attack(update, spec)
     # As TFF's FedAvg: a non-finite update is zeroed and gets no weight.
     update, non_finite = _zero_non_finite(update)
-    weight = tf.cond(non_finite,
-                     lambda: tf.constant(0.0),
-                     lambda: tf.cast(trained['num_examples'], tf.float32))
+    if client_weighting is ClientWeighting.NUM_EXAMPLES:
+      weight = tf.cast(trained['num_examples'], tf.float32)
+    else:
+      weight = tf.constant(1.0)
+    weight = tf.cond(non_finite, lambda: tf.constant(0.0), lambda: weight)
     return (tff.learning.templates.ClientResult(
         update=update, update_weight=weight), trained['metrics'])
 
@@ -119,8 +202,9 @@ def build_client_work(
   def init_fn():
     return tff.federated_value((), tff.SERVER)
 
-  metrics_aggregation = tff.learning.metrics.sum_then_finalize(
-      metric_finalizers, metrics_type)
+  metrics_aggregation = (
+      metrics_aggregator or tff.learning.metrics.sum_then_finalize)(
+          metric_finalizers, metrics_type)
 
   @tff.federated_computation(
       init_fn.type_signature.result,
@@ -148,32 +232,67 @@ def _zero_non_finite(structure):
 
 def build_fed_avg(
     model_fn: ModelFn,
-    client_optimizer: tff.learning.optimizers.Optimizer,
-    server_optimizer: tff.learning.optimizers.Optimizer,
-    model_aggregator: Optional[tff.aggregators.AggregationFactory] = None,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
     *,
+    client_weighting: ClientWeighting = ClientWeighting.NUM_EXAMPLES,
+    model_distributor: Optional[
+        tff.learning.templates.DistributionProcess] = None,
+    model_aggregator: Optional[tff.aggregators.AggregationFactory] = None,
+    metrics_aggregator: Optional[
+        tff.learning.metrics.MetricsAggregatorType] = None,
+    client_context: bool = False,
     training_loop_fn: Optional[TrainingLoopFn] = None,
     data_type: Optional[tff.SequenceType] = None,
 ) -> tff.learning.templates.LearningProcess:
-  """Builds FedAvg with per-client attack inputs.
+  """Builds FedAvg, as `tff.learning.algorithms.build_weighted_fed_avg`.
+
+  The arguments up to `metrics_aggregator` are TFF's, with TFF's defaults
+  (TFF's `loop_implementation` has no counterpart: the local loop is a
+  `tf.data.Dataset.reduce`, TFF's default; `model_fn` must return a
+  `VariableModel`, not a `FunctionalModel`).
+
+  Type signatures:
+
+      initialize: ( -> S@SERVER)
+      next:       (<S@SERVER, {D*}@CLIENTS> ->
+                   <state=S@SERVER, metrics=M@SERVER>)
+
+  and with `client_context=True`:
+
+      next:       (<S@SERVER, {<data=D*, attack=A*>}@CLIENTS> ->
+                   <state=S@SERVER, metrics=M@SERVER>)
 
   Args:
     model_fn: No-arg callable returning a fresh `VariableModel`.
-    client_optimizer: Optimizer of the clients' local training.
-    server_optimizer: Applied to the aggregated update (as a gradient).
+    client_optimizer_fn: A `tff.learning.optimizers.Optimizer` for the
+      clients' local training.
+    server_optimizer_fn: Applied to the aggregated update (as a gradient);
+      default `tff.learning.optimizers.build_sgdm(learning_rate=1.0)`.
+    client_weighting: `tff.learning.ClientWeighting.NUM_EXAMPLES` (default)
+      or `UNIFORM`.
+    model_distributor: A `tff.learning.templates.DistributionProcess`;
+      default `tff.learning.templates.build_broadcast_process`.
     model_aggregator: A weighted or unweighted `tff.aggregators` factory
       (default `tff.aggregators.MeanFactory()`), e.g.
       `tff.learning.robust_aggregator()`, `tff.learning.dp_aggregator(...)`
       (unweighted: clients count equally) or
       `tff.learning.compression_aggregator()`.
+    metrics_aggregator: Aggregates the clients' unfinalized metrics; default
+      `tff.learning.metrics.sum_then_finalize`.
+    client_context: Opt in to per-client context: each client's input is
+      `client_input(dataset, attack_spec)`, whose spec can make the client
+      attack and whose seed seeds its randomness. Default: plain data sets.
     training_loop_fn: See `build_client_work`.
     data_type: See `build_client_work`.
 
   Returns:
-    A `tff.learning.templates.LearningProcess`; see the module docstring for
-    its types.
+    A `tff.learning.templates.LearningProcess`. Its state does not depend on
+    `client_context`.
   """
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
+  if server_optimizer_fn is None:
+    server_optimizer_fn = default_server_optimizer()
   aggregator_factory = model_aggregator or tff.aggregators.MeanFactory()
   if isinstance(aggregator_factory,
                 tff.aggregators.UnweightedAggregationFactory):
@@ -186,12 +305,16 @@ def build_fed_avg(
 
   return tff.learning.templates.compose_learning_process(
       initial_weights_fn,
-      tff.learning.templates.build_broadcast_process(weights_type),
-      build_client_work(model_fn, client_optimizer,
+      model_distributor or tff.learning.templates.build_broadcast_process(
+          weights_type),
+      build_client_work(model_fn, client_optimizer_fn,
+                        client_weighting=client_weighting,
+                        metrics_aggregator=metrics_aggregator,
+                        client_context=client_context,
                         training_loop_fn=training_loop_fn,
                         data_type=data_type),
       aggregator_factory.create(weights_type.trainable,
                                 tff.TensorType(np.float32)),
       tff.learning.templates.build_apply_optimizer_finalizer(
-          server_optimizer, weights_type),
+          server_optimizer_fn, weights_type),
   )

@@ -159,23 +159,25 @@ def build_process(
   server_optimizer = optimizer(config.server_optimizer,
                                config.server_learning_rate)
   aggregator = experiment_lib.build_aggregator(config)
+  # The driver feeds every client an attack spec whose seed it chooses per
+  # client and round (`fed_avg.client_input`): it opts in to client context.
   if config.algorithm == 'aequa':
     return aequa.build_aequa(
-        experiment.model_spec.model_fn, client_optimizer=client_optimizer,
-        server_optimizer=server_optimizer, model_aggregator=aggregator,
-        p_min=config.p_min, p_max=config.p_max,
-        widths_per_step=config.widths_per_step)
+        experiment.model_spec.model_fn, client_optimizer, server_optimizer,
+        model_aggregator=aggregator, p_min=config.p_min, p_max=config.p_max,
+        widths_per_step=config.widths_per_step, client_context=True)
   if config.algorithm == 'ditto':
     return ditto.build_ditto(
-        experiment.model_spec.model_fn,
-        client_optimizer=client_optimizer,
-        server_optimizer=server_optimizer,
-        personal_optimizer=optimizer(config.personal_optimizer,
-                                     config.personal_learning_rate),
+        experiment.model_spec.model_fn, client_optimizer, server_optimizer,
+        personal_optimizer_fn=optimizer(config.personal_optimizer,
+                                        config.personal_learning_rate),
         model_aggregator=aggregator,
-        average_personal_iterates=config.personal_iterate == 'average')
+        average_personal_iterates=config.personal_iterate == 'average',
+        client_context=True)
   return fed_avg.build_fed_avg(experiment.model_spec.model_fn,
-                               client_optimizer, server_optimizer, aggregator)
+                               client_optimizer, server_optimizer,
+                               model_aggregator=aggregator,
+                               client_context=True)
 
 
 def choose_lambda(validation_losses: Mapping[float, float]) -> float:
