@@ -52,19 +52,11 @@ import tensorflow_federated as tff
 
 from tff_fair import attacks
 from tff_fair.algorithms import fed_avg
+from tff_fair.fairness import contribution
 from tff_fair.models import model_fns
 from tff_fair.models import slimmable
 
 ModelWeights = tff.learning.models.ModelWeights
-
-
-def check_width_range(p_min: float, p_max: float) -> None:
-  """Raises `ValueError` unless 0 < p_min <= p_max <= 1."""
-  if not 0.0 < p_min <= 1.0 or not 0.0 < p_max <= 1.0:
-    raise ValueError(
-        f'Widths must be in (0, 1]; got p_min={p_min}, p_max={p_max}.')
-  if p_min > p_max:
-    raise ValueError(f'p_min={p_min} exceeds p_max={p_max}.')
 
 
 def plain_data_type(model_fn) -> tff.SequenceType:
@@ -200,7 +192,7 @@ def build_aequa(
     ValueError: For widths outside (0, 1], p_min > p_max, or
       widths_per_step < 0.
   """
-  check_width_range(p_min, p_max)
+  contribution.check_width_range(p_min, p_max)
   if widths_per_step < 0:
     raise ValueError(f'widths_per_step must be >= 0, got {widths_per_step}.')
   return fed_avg.build_fed_avg(

@@ -14,6 +14,7 @@ import os
 from typing import Any, Optional
 
 from tff_fair import errors
+from tff_fair.fairness import contribution
 from tff_fair.training import files
 
 ALGORITHMS = ('fedavg', 'fedavg_ft', 'standalone', 'ditto', 'aequa')
@@ -312,13 +313,10 @@ class RunConfig:
     _check_choice('quantity_large_clients', self.quantity_large_clients,
                   QUANTITY_LARGE_CLIENTS)
     _check_choice('kappa_scope', self.kappa_scope, KAPPA_SCOPES)
-    if not (0 < self.p_min <= 1 and 0 < self.p_max <= 1):
-      raise ConfigError(
-          f'Widths must be in (0, 1]; got p_min={self.p_min},'
-          f' p_max={self.p_max}.')
-    if self.p_min > self.p_max:
-      raise ConfigError(
-          f'p_min={self.p_min} exceeds p_max={self.p_max}.')
+    try:
+      contribution.check_width_range(self.p_min, self.p_max)
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
     if not 0 < self.width_step <= 1:
       raise ConfigError(f'width_step must be in (0, 1], got {self.width_step}.')
     for name in ('widths_per_step', 'annealing_iterations'):
