@@ -17,6 +17,7 @@ from tests import tff_test_utils
 from tff_fair.algorithms import aequa
 from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
+from tff_fair.data import program_data
 from tff_fair.data import sources
 from tff_fair.models import slimmable_models
 from tff_fair.runtime import local
@@ -78,24 +79,6 @@ def _accuracy(weights, client_data, client_id) -> float:
   return float(np.mean(predicted == examples['y'].numpy()))
 
 
-class _SharedDatasetsIterator(tff.program.DatasetDataSourceIterator):
-  """TFF's iterator, deep-copied by sharing its (immutable) data sets.
-
-  `train_model` deep-copies the data iterator every round, and a
-  `tf.data.Dataset` cannot be deep-copied (TF 2.14: it holds a `Graph`).
-  """
-
-  def __deepcopy__(self, memo):
-    del memo
-    return _SharedDatasetsIterator(self._datasets, self.federated_type)
-
-
-class _DatasetDataSource(tff.program.DatasetDataSource):
-
-  def iterator(self) -> _SharedDatasetsIterator:
-    return _SharedDatasetsIterator(self._datasets, self.federated_type)
-
-
 def _plain_client_type(process):
   return process.next.type_signature.parameter[1]
 
@@ -142,7 +125,7 @@ class EmbeddingTest(tff_test_utils.TffTestCase):
     self.assertEqual(process.next.type_signature.result.metrics.placement,
                      tff.SERVER)
 
-    data_source = _DatasetDataSource(
+    data_source = program_data.DatasetDataSource(
         _batched(self.train, self.train.client_ids))
     state_manager = tff.program.FileProgramStateManager(
         self.create_tempdir().full_path)
