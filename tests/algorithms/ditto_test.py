@@ -207,6 +207,12 @@ class DittoTest(tff_test_utils.TffTestCase):
     weights = process.get_model_weights(state)
     self.assertTrue(all(np.isfinite(w).all() for w in weights.trainable))
 
+  def test_bad_lambda_is_refused_before_any_computation(self):
+    for lam in (-0.1, float('nan'), float('inf'), '1'):
+      with self.assertRaisesRegex(ValueError, "lambda must be a finite"):
+        ditto.personal_input(_dataset(0), self.w0, lam)
+    ditto.personal_input(_dataset(0), self.w0, np.float32(0.5))
+
   def test_composes_with_tff_aggregators(self):
     for aggregator in (
         tff.learning.robust_aggregator(),

@@ -52,6 +52,8 @@ can attack the global model; the state is the same either way.
 """
 
 import collections
+import math
+import numbers
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Optional, Union
 
@@ -93,7 +95,10 @@ class DittoProcess(tff.learning.templates.LearningProcess):
 def personal_input(
     dataset: tf.data.Dataset, personal: ModelWeights, lam: float
 ) -> collections.OrderedDict:
-  """One client's input to `personalize`."""
+  """One client's input to `personalize`; `lam` must be finite and >= 0."""
+  if not (isinstance(lam, numbers.Real) and math.isfinite(lam) and lam >= 0):
+    raise ValueError(f"Ditto's lambda must be a finite number >= 0, got"
+                     f' {lam!r}.')
   return collections.OrderedDict(data=dataset, personal=personal,
                                  lam=float(lam))
 
