@@ -86,9 +86,7 @@ RESUMABLE_FIELDS = frozenset({
     'annealing_iterations', 'contributions_file', 'server_held_out_examples',
 })
 
-# Settings only one algorithm reads: {setting: algorithm}. With another
-# --algorithm a value other than the default would be silently ignored, so
-# `RunConfig` refuses it; resuming ignores them for the other algorithms.
+# Settings only one algorithm reads: {setting: algorithm}.
 ALGORITHM_SETTINGS = {
     'finetune_epochs': 'fedavg_ft',
     **dict.fromkeys((
@@ -102,11 +100,15 @@ ALGORITHM_SETTINGS = {
                     'aequa'),
 }
 
-# Settings read only when another setting has one of some values:
-# {setting: (other setting, its values that read it)}. Otherwise a value
-# other than the default would be silently ignored, so `RunConfig` refuses
-# it (after every value check, so a bad value is named as such first).
-DEPENDENT_SETTINGS = {
+# Every setting read only when another setting has one of some values:
+# {setting: (other setting, its values that read it)}: the algorithm's own
+# settings above, and those of an aggregator, attack or partition. Given a
+# value other than its default where nothing reads it, a setting would be
+# silently ignored, so `RunConfig` refuses it (after every value check, so
+# a bad value is named as such first); resuming does not compare it.
+SETTING_READERS = {
+    **{name: ('algorithm', (owner,))
+       for name, owner in ALGORITHM_SETTINGS.items()},
     'dp_noise_multiplier': ('aggregator', ('dp',)),
     'attack_scale': ('attack', ('model_replacement',)),
     'alpha': ('partition', ('dirichlet',)),
@@ -137,8 +139,9 @@ class ConfigError(errors.UserError, ValueError):
 class RunConfig:
   """Everything that defines a training run.
 
-  A setting that only one algorithm reads (`ALGORITHM_SETTINGS`) must keep
-  its default with any other algorithm: it would be ignored.
+  A setting read only under some value of another (`SETTING_READERS`: one
+  algorithm's settings, an aggregator's, an attack's, a partition's) must
+  keep its default otherwise: it would be ignored.
 
   Attributes:
     algorithm: One of `ALGORITHMS`.
@@ -297,7 +300,6 @@ class RunConfig:
           f' {", ".join(DATASETS)}.')
     _check_choice('algorithm', self.algorithm, ALGORITHMS)
     self._resolve_defaults()
-    self._check_algorithm_settings()
     _check_choice('partition', self.partition, PARTITIONS)
     _check_choice('client_optimizer', self.client_optimizer, OPTIMIZERS)
     _check_choice('server_optimizer', self.server_optimizer, OPTIMIZERS)
@@ -419,14 +421,26 @@ class RunConfig:
           f' {self.dp_noise_multiplier}.')
     if not self.output_dir:
       raise ConfigError('output_dir is required (checkpoints go there).')
-    self._check_dependent_settings()
+    self._check_unread_settings()
 
-  def _check_dependent_settings(self) -> None:
-    """Refuses a setting given where nothing reads it (`DEPENDENT_SETTINGS`)."""
-    for name, (other, users) in DEPENDENT_SETTINGS.items():
+  def _check_unread_settings(self) -> None:
+    """Refuses a setting given where nothing reads it (`SETTING_READERS`).
+
+    `personal_learning_rate` counts as not given when it is what leaving
+    it out resolves to (the client learning rate), so a resolved config
+    passes again (`dataclasses.replace`).
+    """
+    for name, (other, users) in SETTING_READERS.items():
       value = getattr(self, name)
-      if value == _DEFAULTS[name] or getattr(self, other) in users:
+      if (getattr(self, other) in users or value == _DEFAULTS[name] or (
+          name == 'personal_learning_rate' and
+          value == self.client_learning_rate)):
         continue
+      if other == 'algorithm':
+        raise ConfigError(
+            f'--{name}={value} is a setting of --algorithm={users[0]}, which'
+            f' --algorithm={self.algorithm} ignores; drop --{name} or use'
+            f' --algorithm={users[0]}.')
       wanted = ' or '.join(f'--{other}={u}' for u in users)
       raise ConfigError(
           f'--{name}={value} is read only with {wanted}, not with'
@@ -448,24 +462,6 @@ class RunConfig:
     if self.personal_learning_rate == 0:
       object.__setattr__(self, 'personal_learning_rate',
                          self.client_learning_rate)
-
-  def _check_algorithm_settings(self) -> None:
-    """Refuses another algorithm's setting given a non-default value.
-
-    `personal_learning_rate` counts as not given when it is what leaving
-    it out resolves to (the client learning rate), so a resolved config
-    passes again (`dataclasses.replace`).
-    """
-    for name, owner in ALGORITHM_SETTINGS.items():
-      value = getattr(self, name)
-      if owner == self.algorithm or value == _DEFAULTS[name] or (
-          name == 'personal_learning_rate' and
-          value == self.client_learning_rate):
-        continue
-      raise ConfigError(
-          f'--{name}={value} is a setting of --algorithm={owner}, which'
-          f' --algorithm={self.algorithm} ignores; drop --{name} or use'
-          f' --algorithm={owner}.')
 
   def width_grid(self) -> tuple[float, ...]:
     """Widths of the width-accuracy curve: p_min, p_min + step, ..., p_max."""
@@ -536,9 +532,9 @@ def incompatible_settings(
   A setting missing from `saved` (added to tff_fair after that run began)
   counts as what that run used: its default, or for a setting in
   `LEGACY_VALUES` whose partition the run used, the old value (the
-  default changed since). Settings of an algorithm other than `current`'s
-  (`ALGORITHM_SETTINGS`) and settings `current` does not read
-  (`DEPENDENT_SETTINGS`) are not compared: they never acted on the run.
+  default changed since). Settings `current` does not read
+  (`SETTING_READERS`: another algorithm's, another partition's, ...) are
+  not compared: they never acted on the run.
   """
   now = current.to_dict()
   saved_partition = saved.get('partition', _DEFAULTS['partition'])
@@ -546,16 +542,12 @@ def incompatible_settings(
   for key in sorted(set(saved) | set(now)):
     if key in RESUMABLE_FIELDS:
       continue
-    # Another algorithm's setting never acted on the saved run (runs saved
-    # before such settings were refused may hold any value).
-    if ALGORITHM_SETTINGS.get(key, current.algorithm) != current.algorithm:
+    # A setting the run does not read never acted on the saved run (runs
+    # saved before such settings were refused may hold any value); the
+    # setting it depends on is compared on its own.
+    other, users = SETTING_READERS.get(key, ('algorithm', (current.algorithm,)))
+    if getattr(current, other) not in users:
       continue
-    # Likewise a setting the run's aggregator, attack or partition does not
-    # read (the setting it depends on is compared on its own).
-    if key in DEPENDENT_SETTINGS:
-      other, users = DEPENDENT_SETTINGS[key]
-      if getattr(current, other) not in users:
-        continue
     legacy = None
     if key not in saved and LEGACY_VALUES.get(key, ('',))[0] == (
         saved_partition):
