@@ -11,8 +11,8 @@ from tff_fair.data import program_data
 
 
 def _datasets():
-  return [tf.data.Dataset.from_tensor_slices(np.arange(i, i + 3, dtype=np.int32))
-          for i in range(0, 12, 3)]
+  return [tf.data.Dataset.from_tensor_slices(
+      np.arange(i, i + 3, dtype=np.int32)) for i in range(0, 12, 3)]
 
 
 class DatasetDataSourceTest(tf.test.TestCase):

@@ -149,7 +149,8 @@ class ContributionTracker:
                                 for k, v in state['rounds_assessed'].items()})
 
 
-def normalized(contributions: Mapping[ClientId, float]) -> dict[ClientId, float]:
+def normalized(
+    contributions: Mapping[ClientId, float]) -> dict[ClientId, float]:
   """Contributions over the largest, in [0, 1]; negative ones count as 0.
 
   When no contribution is positive, nobody contributed more than anyone
