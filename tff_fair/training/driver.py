@@ -248,7 +248,7 @@ class Trainer:
                                               client_ids)
       else:
         lambdas = config.lambda_grid() or config.ditto_lambda
-      self._personal = personal_lib.PersonalModels(
+      self._personal = personal_lib.PersonalModelStore(
           os.path.join(out, run_dir.PERSONAL),
           experiment.model_spec.initial_weights(config.seed), lambdas)
       self._personal_log = personal_lib.RoundLog(

@@ -26,8 +26,12 @@ def _to_arrays(weights: ModelWeights) -> list[np.ndarray]:
   return [np.asarray(w) for w in (*weights.trainable, *weights.non_trainable)]
 
 
-class PersonalModels:
+class PersonalModelStore:
   """Disk-backed personal models and lambdas of all clients.
+
+  The driver's store (versioned with the checkpoints);
+  `tff_fair.algorithms.ditto.PersonalModels` keeps personal models in
+  memory for a loop of your own.
 
   Attributes:
     lambda_grid: The grid a new client's lambda is chosen from, or () when
