@@ -57,6 +57,7 @@ from tff_fair.runtime import local as local_runtime
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
 from tff_fair.training import log_filter
+from tff_fair.training.recipes import registry
 
 _OUTPUT_DIR = flags.DEFINE_string('output_dir', 'runs/bench_aequa',
                                   'Runs and the result table go here.')
@@ -88,7 +89,7 @@ def _config(name: str, **overrides) -> config_lib.RunConfig:
       data_dir=_DATA_DIR.value,
       output_dir=os.path.join(_OUTPUT_DIR.value, name))
   values.update(overrides)
-  return config_lib.RunConfig(**values)
+  return registry.make_config(**values)
 
 
 def _mean_accuracy(metrics) -> float:

@@ -34,6 +34,7 @@ from tff_fair.runtime import local as local_runtime
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
 from tff_fair.training import log_filter
+from tff_fair.training.recipes import registry
 
 _OUTPUT_DIR = flags.DEFINE_string('output_dir', 'runs/bench_ditto',
                                   'Runs and the result table go here.')
@@ -58,11 +59,11 @@ def _config(name: str, **overrides) -> config_lib.RunConfig:
       validation_fraction=0.0, test_fraction=0.25, rounds=_ROUNDS.value,
       local_epochs=1, batch_size=_BATCH_SIZE.value, client_learning_rate=0.05,
       server_optimizer=_SERVER_OPTIMIZER.value, server_learning_rate=1.0,
-      personal_learning_rate=0.05, finetune_epochs=1, eval_every=0,
+      eval_every=0,
       seed=_SEED.value, data_dir=_DATA_DIR.value,
       output_dir=os.path.join(_OUTPUT_DIR.value, name))
   values.update(overrides)
-  return config_lib.RunConfig(**values)
+  return registry.make_config(**values)
 
 
 def _seconds_per_round(run_name):

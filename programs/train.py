@@ -32,10 +32,11 @@ from tff_fair.runtime import remote
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
 from tff_fair.training import log_filter
+from tff_fair.training.recipes import registry
 
 _DEFAULTS = config_lib.RunConfig(output_dir='unused')
 
-flags.DEFINE_enum('algorithm', _DEFAULTS.algorithm, config_lib.ALGORITHMS,
+flags.DEFINE_enum('algorithm', registry.DEFAULT_ALGORITHM, registry.names(),
                   'Training algorithm.')
 flags.DEFINE_string('dataset', _DEFAULTS.dataset,
                     'fashion_mnist, mnist, cifar10, femnist, shakespeare,'
@@ -88,7 +89,8 @@ flags.DEFINE_float('test_fraction', _DEFAULTS.test_fraction,
 flags.DEFINE_integer('server_held_out_examples', 0,
                      'Size of each of the server\'s held-out validation and'
                      ' test sets, drawn from examples no client holds (0:'
-                     ' none); aequa measures its curve and rewards on them.')
+                     ' none); algorithms that measure the global model on'
+                     ' common held-out data (Aequa\'s rewards) use them.')
 flags.DEFINE_integer('rounds', _DEFAULTS.rounds, 'Federated rounds.')
 flags.DEFINE_integer('local_epochs', _DEFAULTS.local_epochs,
                      'Client epochs per round.')
@@ -104,11 +106,11 @@ flags.DEFINE_enum('server_optimizer', _DEFAULTS.server_optimizer,
                   config_lib.OPTIMIZERS, 'Server optimizer.')
 flags.DEFINE_float('server_learning_rate', _DEFAULTS.server_learning_rate,
                    'Server learning rate.')
-flags.DEFINE_integer('finetune_epochs', _DEFAULTS.finetune_epochs,
-                     'fedavg_ft: local fine-tuning epochs.')
 flags.DEFINE_string(
     'model', '', 'Architecture: one of ' + ', '.join(config_lib.PLAIN_MODELS)
-    + '; for --algorithm=aequa one of ' + ', '.join(config_lib.SLIMMABLE_MODELS)
+    + '; for --algorithm=' + ' or '.join(
+        name for name in registry.names() if registry.get(name).slimmable)
+    + ' one of ' + ', '.join(config_lib.SLIMMABLE_MODELS)
     + ' (default: the data set\'s: ' + config_lib.dataset_defaults_help('model')
     + ').')
 flags.DEFINE_integer('eval_every', _DEFAULTS.eval_every,
@@ -119,63 +121,34 @@ flags.DEFINE_enum('aggregator', _DEFAULTS.aggregator, config_lib.AGGREGATORS,
                   'Aggregation of the global model\'s client updates.')
 flags.DEFINE_float('dp_noise_multiplier', _DEFAULTS.dp_noise_multiplier,
                    'Noise multiplier of --aggregator=dp.')
-flags.DEFINE_float('ditto_lambda', _DEFAULTS.ditto_lambda,
-                   'ditto: lambda of every client.')
-flags.DEFINE_string('ditto_lambda_grid', '',
-                    'ditto: comma-separated lambdas; each client picks one by'
-                    ' validation loss (e.g. 0.1,1,2), again every'
-                    ' --ditto_lambda_every rounds.')
-flags.DEFINE_integer('ditto_lambda_every', _DEFAULTS.ditto_lambda_every,
-                     'ditto: re-choose each client\'s lambda from the grid'
-                     ' every N rounds (0: once, at its first round).')
-flags.DEFINE_string('ditto_lambdas_file', '',
-                    'ditto: JSON file {client_id: lambda} for every client.')
-flags.DEFINE_enum('ditto_variant', _DEFAULTS.ditto_variant,
-                  config_lib.DITTO_VARIANTS, 'ditto: update schedule.')
-flags.DEFINE_integer('personal_epochs', _DEFAULTS.personal_epochs,
-                     'ditto: personal epochs per round (sequential).')
-flags.DEFINE_enum('personal_optimizer', _DEFAULTS.personal_optimizer,
-                  config_lib.OPTIMIZERS, 'ditto: personal optimizer.')
-flags.DEFINE_float('personal_learning_rate', 0.0,
-                   'ditto: personal learning rate (0: the client learning'
-                   ' rate).')
-flags.DEFINE_enum('personal_iterate', _DEFAULTS.personal_iterate,
-                  config_lib.PERSONAL_ITERATES,
-                  'ditto: personal model kept each round: the average of'
-                  ' the round\'s iterates, or the last one (reference).')
 flags.DEFINE_enum('attack', _DEFAULTS.attack, config_lib.ATTACKS,
                   'Byzantine attack of the malicious clients.')
 flags.DEFINE_float('malicious_fraction', _DEFAULTS.malicious_fraction,
                    'Fraction of clients that attack.')
 flags.DEFINE_float('attack_scale', _DEFAULTS.attack_scale,
                    'model_replacement: update multiplier.')
-flags.DEFINE_float('p_min', _DEFAULTS.p_min, 'aequa: smallest width.')
-flags.DEFINE_float('p_max', _DEFAULTS.p_max, 'aequa: largest sampled width.')
-flags.DEFINE_integer('widths_per_step', _DEFAULTS.widths_per_step,
-                     'aequa: widths sampled per step besides the full one.')
-flags.DEFINE_float('width_step', _DEFAULTS.width_step,
-                   'aequa: spacing of the width-accuracy curve\'s widths,'
-                   ' from --p_min to --p_max; each client is rewarded one of'
-                   ' them. The default 0.01 is the benchmark\'s: a coarser'
-                   ' grid leaves jumps in a steep curve that spread the'
-                   ' gains (README, "Aequa": gain spread 0.070 with 0.05,'
-                   ' 0.043 with 0.01 on one MNIST run).'
-                   ' Allocation stays cheap; the curve costs two held-out'
-                   ' evaluations per width (91 widths: minutes on 2 cores).'
-                   ' May change when resuming: a finished run re-allocates'
-                   ' without retraining the global model.')
-flags.DEFINE_enum('allocation_solver', _DEFAULTS.allocation_solver,
-                  config_lib.ALLOCATION_SOLVERS, 'aequa: width allocation.')
-flags.DEFINE_integer('annealing_iterations', 0,
-                     'aequa: annealer iterations (0: its default).')
-flags.DEFINE_string('contributions_file', '',
-                    'aequa: JSON {client_id: contribution} for every client.'
-                    ' Default: each client trains a model alone and its'
-                    ' contribution is that model\'s accuracy on the common'
-                    ' held-out set the width-accuracy curve is measured on'
-                    ' (the server\'s validation set with'
-                    ' --server_held_out_examples, else all clients\''
-                    ' validation splits pooled).')
+
+
+def _define_algorithm_flags() -> None:
+  """One flag per algorithm setting, from its recipe's `Settings` field."""
+  for field, owners in registry.setting_fields():
+    help_text = field.metadata['help']
+    if len(owners) > 1:
+      help_text = f'{"/".join(owners)}: {help_text.split(": ", 1)[-1]}'
+    if field.metadata['choices']:
+      flags.DEFINE_enum(field.name, field.default, field.metadata['choices'],
+                        help_text)
+    elif isinstance(field.default, bool):
+      flags.DEFINE_bool(field.name, field.default, help_text)
+    elif isinstance(field.default, int):
+      flags.DEFINE_integer(field.name, field.default, help_text)
+    elif isinstance(field.default, float):
+      flags.DEFINE_float(field.name, field.default, help_text)
+    else:
+      flags.DEFINE_string(field.name, field.default, help_text)
+
+
+_define_algorithm_flags()
 flags.DEFINE_integer('max_concurrent_computation_calls', -1,
                      'Local TFF worker concurrency (-1: unlimited).')
 flags.DEFINE_enum('executor', 'local', execution.EXECUTORS,
@@ -223,11 +196,13 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def config_from_flags() -> config_lib.RunConfig:
-  names = [f.name for f in dataclasses.fields(config_lib.RunConfig)]
+  names = [f.name for f in dataclasses.fields(config_lib.RunConfig)
+           if f.name != 'settings']
+  names += [field.name for field, _ in registry.setting_fields()]
   values = {name: FLAGS[name].value for name in names}
   if values['clients_per_round'] is None:
     values['clients_per_round'] = values['num_clients']
-  return config_lib.RunConfig(**values)
+  return registry.make_config(**values)
 
 
 def main(argv):

@@ -25,9 +25,10 @@ from tests import real_data
 from tests import tff_test_utils
 from tff_fair.algorithms import ditto
 from tff_fair.evaluation import per_client
-from tff_fair.training import config as config_lib
-from tff_fair.training import driver
 from tff_fair.training import experiment as experiment_lib
+from tff_fair.training.recipes import ditto as ditto_recipe
+from tff_fair.training.recipes import registry
+from tff_fair.training import sampling
 
 _CLIENTS = ('client_0002', 'client_0013')  # Their last iterates collapsed.
 _ROUNDS = 12
@@ -40,7 +41,7 @@ _MNIST_FILES = ('mnist/t10k-images-idx3-ubyte.gz',
 def _config(data_dir: str, **overrides):
   # The issue's command; everything else (lr, batch, lambda, iterate) is
   # the default a new user gets.
-  return config_lib.RunConfig(
+  return registry.make_config(
       algorithm='ditto', dataset='mnist', partition='dirichlet', alpha=0.3,
       num_clients=15, clients_per_round=15, seed=7, output_dir='unused',
       data_dir=data_dir, **overrides)
@@ -74,10 +75,14 @@ class PersonalStabilityTest(tff_test_utils.TffTestCase):
 
   def _train_accuracies(self, config):
     """Per client: train accuracy of the model each round ends with."""
-    process = driver.build_process(
-        experiment_lib.Experiment(config, self.experiment.data,
-                                  self.experiment.model_spec,
-                                  self.experiment.plain_model_spec))
+    settings = config.settings
+    process = ditto.build_ditto(
+        self.experiment.model_spec.model_fn,
+        experiment_lib.build_optimizer(config.client_optimizer,
+                                       config.client_learning_rate),
+        personal_optimizer_fn=experiment_lib.build_optimizer(
+            settings.personal_optimizer, settings.personal_learning_rate),
+        average_personal_iterates=settings.personal_iterate == 'average')
     state = process.set_model_weights(process.initialize(), self.anchor)
     evaluator = per_client.ClientEvaluator(
         self.experiment.model_spec.build_keras)
@@ -88,10 +93,11 @@ class PersonalStabilityTest(tff_test_utils.TffTestCase):
     curves = collections.defaultdict(list)
     personal = {cid: self.anchor for cid in _CLIENTS}
     for round_num in range(1, _ROUNDS + 1):
-      datasets = driver.client_datasets(
-          experiment, _CLIENTS, round_num, config.personal_epochs, stream=1)
+      datasets = sampling.client_datasets(
+          experiment, _CLIENTS, round_num, settings.personal_epochs,
+          stream=ditto_recipe.PERSONAL_STREAM)
       outputs = process.personalize(state, [
-          ditto.personal_input(ds, personal[cid], config.ditto_lambda)
+          ditto.personal_input(ds, personal[cid], settings.ditto_lambda)
           for cid, ds in zip(_CLIENTS, datasets)])
       for cid, out in zip(_CLIENTS, outputs):
         personal[cid] = out['personal']

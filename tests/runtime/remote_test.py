@@ -13,8 +13,8 @@ import tensorflow_federated as tff
 from tests import tff_test_utils
 from tff_fair.runtime import execution
 from tff_fair.runtime import remote
-from tff_fair.training import config as config_lib
 from tff_fair.training import driver
+from tff_fair.training.recipes import registry
 
 
 def _client_values_identity():
@@ -119,12 +119,11 @@ class RemoteRuntimeTest(absltest.TestCase):
   def test_two_workers_match_local_runtime_and_end_cleanly(self):
     workers = [self._worker() for _ in range(2)]
     spec = ','.join(str(address) for _, address in workers)
-    base = config_lib.RunConfig(
-        dataset='digits',
-        partition='dirichlet', num_clients=6, clients_per_round=4, rounds=2,
-        batch_size=16, client_learning_rate=0.1, seed=5, output_dir='unset')
     for algorithm in ('fedavg', 'ditto'):
-      config = dataclasses.replace(base, algorithm=algorithm)
+      config = registry.make_config(
+          algorithm=algorithm, dataset='digits', partition='dirichlet',
+          num_clients=6, clients_per_round=4, rounds=2, batch_size=16,
+          client_learning_rate=0.1, seed=5, output_dir='unset')
       results = {}
       for executor, workers_flag in (('local', ''), ('remote', spec)):
         with execution.execution_context(executor, workers_flag):

@@ -22,8 +22,8 @@ import psutil
 from tests import tff_test_utils
 from tff_fair.runtime import execution
 from tff_fair.runtime import remote
-from tff_fair.training import config as config_lib
 from tff_fair.training import driver
+from tff_fair.training.recipes import registry
 
 _ROUNDS = 10
 # Killed in round _KILLED_IN, once it has written personal models (before
@@ -115,7 +115,7 @@ class TwoWorkerGuaranteeTest(absltest.TestCase):
     return _read(log_path)
 
   def test_repeatable_and_resumable_after_kill_on_the_same_workers(self):
-    config = config_lib.RunConfig(
+    config = registry.make_config(
         output_dir=self.create_tempdir().full_path, **_SETTINGS)
     with execution.execution_context('remote', self.workers):
       first = driver.run(config)

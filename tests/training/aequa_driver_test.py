@@ -10,6 +10,7 @@ import tensorflow as tf
 from tests import tff_test_utils
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
+from tff_fair.training.recipes import registry
 
 
 def _config(output_dir, **overrides):
@@ -19,7 +20,7 @@ def _config(output_dir, **overrides):
       client_learning_rate=0.1, p_min=0.25, width_step=0.25, seed=5,
       eval_every=0, output_dir=output_dir)
   values.update(overrides)
-  return config_lib.RunConfig(**values)
+  return registry.make_config(**values)
 
 
 class AequaDriverTest(tff_test_utils.TffTestCase):
@@ -124,12 +125,12 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
     # a two-class model is good on its own test split, but on the pool it
     # is right at most on its two classes' share of it.
     out = self.create_tempdir().full_path
-    config = config_lib.RunConfig(
+    config = registry.make_config(
         algorithm='aequa', dataset='digits', partition='label_skew',
         classes_per_client=2, num_clients=4, clients_per_round=4, rounds=6,
         batch_size=16, client_learning_rate=0.1, p_min=0.25,
         width_step=0.25, seed=5, eval_every=0, output_dir=out)
-    trainer = driver.Trainer(driver.experiment_lib.build_experiment(config))
+    trainer = driver.Trainer(driver.build_experiment(config))
     result = trainer.run()
     self.assertEqual(set(result.evaluations),
                      {'global', 'standalone', 'aequa'})
@@ -154,10 +155,10 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
         np.mean([m.accuracy for m in own_test.values()]),
         np.mean(values) + 0.3)
     # The same standalone models (same seeds), measured on the pool.
-    models = trainer._train_locally(
+    models = trainer.context.train_locally(
         trainer.experiment.plain_model_spec.initial_weights(config.seed),
-        trainer.standalone_epochs(), tag=0)
-    expected = trainer._plain_evaluator.evaluate_clients(
+        trainer.context.standalone_epochs(), tag=0)
+    expected = trainer.context.plain_evaluator.evaluate_clients(
         models, data.client_ids, lambda _: held_out)
     for cid, contribution in contributions.items():
       self.assertAlmostEqual(contribution, expected[cid].accuracy,
@@ -174,7 +175,7 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
       with open(path, 'w') as f:
         f.write(content)
       with self.assertRaisesRegex(config_lib.ConfigError, message):
-        driver.Trainer(driver.experiment_lib.build_experiment(
+        driver.Trainer(driver.build_experiment(
             _config(os.path.join(out, 'run'), contributions_file=path)
         ))._aequa_rewards(None)
 

@@ -9,10 +9,11 @@ import numpy as np
 import tensorflow as tf
 
 from tests import tff_test_utils
-from tff_fair import attacks
 from tff_fair.algorithms import fed_avg
-from tff_fair.training import config as config_lib
+from tff_fair import attacks
 from tff_fair.training import driver
+from tff_fair.training.recipes import registry
+from tff_fair.training import sampling
 
 
 def _config(output_dir, **overrides):
@@ -22,7 +23,7 @@ def _config(output_dir, **overrides):
       client_learning_rate=0.1, seed=3, eval_every=0,
       malicious_fraction=0.5, output_dir=output_dir)
   values.update(overrides)
-  return config_lib.RunConfig(**values)
+  return registry.make_config(**values)
 
 
 def _flat(weights) -> np.ndarray:
@@ -35,11 +36,11 @@ class UpdateAttackTest(tff_test_utils.TffTestCase):
                             attacks.RANDOM_UPDATES)
   def test_attack_reaches_only_the_malicious_clients(self, kind):
     config = _config(self.create_tempdir().full_path, attack=kind)
-    trainer = driver.Trainer(driver.experiment_lib.build_experiment(config))
+    trainer = driver.Trainer(driver.build_experiment(config))
     data = trainer.experiment.data
     ids = data.client_ids
     self.assertLen(trainer.malicious, 2)
-    self.assertEqual(trainer._poisoned, frozenset())  # An update attack.
+    self.assertEqual(trainer.context.poisoned, frozenset())  # An update attack.
     state, _ = trainer._restore()
     start = _flat(trainer.process.get_model_weights(state))
 
@@ -49,7 +50,7 @@ class UpdateAttackTest(tff_test_utils.TffTestCase):
 
     # Each client of round 1 alone, with the input the driver gives it and
     # with no attack: what it sends, and what it would send if benign.
-    datasets = driver.client_datasets(trainer.experiment, ids, 1,
+    datasets = sampling.client_datasets(trainer.experiment, ids, 1,
                                       config.local_epochs)
 
     def sent(dataset, spec):
@@ -82,10 +83,10 @@ class LabelPoisoningTest(tff_test_utils.TffTestCase):
     config = _config(self.create_tempdir().full_path,
                      attack=attacks.LABEL_POISONING,
                      algorithm='standalone', rounds=12)
-    trainer = driver.Trainer(driver.experiment_lib.build_experiment(config))
+    trainer = driver.Trainer(driver.build_experiment(config))
     ids = trainer.experiment.data.client_ids
     self.assertLen(trainer.malicious, 2)
-    self.assertEqual(trainer._poisoned, trainer.malicious)
+    self.assertEqual(trainer.context.poisoned, trainer.malicious)
     for cid in ids:  # A data attack: updates are sent as trained.
       self.assertEqual(int(trainer._client_spec(cid, 1)['kind']), 0)
 
@@ -93,10 +94,10 @@ class LabelPoisoningTest(tff_test_utils.TffTestCase):
     # against the same batches unpoisoned: same order, other labels.
     def labels(poisoned):
       return [np.concatenate([b['y'] for b in ds.as_numpy_iterator()])
-              for ds in driver.client_datasets(trainer.experiment, ids, 1, 1,
+              for ds in sampling.client_datasets(trainer.experiment, ids, 1, 1,
                                                poisoned=poisoned)]
 
-    for cid, fed, true in zip(ids, labels(trainer._poisoned),
+    for cid, fed, true in zip(ids, labels(trainer.context.poisoned),
                               labels(frozenset())):
       if cid in trainer.malicious:
         self.assertBetween(np.mean(fed == true), 0.0, 0.25)  # Chance: 0.1.

@@ -22,6 +22,7 @@ from tests import snapshot as snapshot_lib
 from tff_fair import errors
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
+from tff_fair.training.recipes import registry
 from tff_fair.training import run_dir
 
 # Digits with 4 clients: ids client_0000 .. client_0003.
@@ -47,7 +48,7 @@ def _saved_config(out, **overrides):
   values = dict(_BASE, output_dir=out)
   values.update(overrides)
   _write(os.path.join(out, 'config.json'),
-         json.dumps(config_lib.RunConfig(**values).to_dict()))
+         json.dumps(registry.make_config(**values).to_dict()))
 
 
 def _checkpoint(out, round_num):
@@ -227,7 +228,7 @@ class BadInputsTest(parameterized.TestCase):
     before = snapshot_lib.snapshot(values['output_dir'])
     start = time.monotonic()
     with self.assertRaises(errors.UserError) as raised:
-      config = config_lib.RunConfig(**values)
+      config = registry.make_config(**values)
       driver.prepare(config)
     seconds = time.monotonic() - start
     message = str(raised.exception)
@@ -249,14 +250,14 @@ class BadInputsTest(parameterized.TestCase):
     with mock.patch.object(run_dir.os, 'statvfs', read_only):
       with self.assertRaisesRegex(run_dir.RunDirError,
                                   'read-only file system'):
-        driver.prepare(config_lib.RunConfig(**dict(
+        driver.prepare(registry.make_config(**dict(
             _BASE, output_dir=os.path.join(out, 'run'))))
     self.assertFalse(os.path.exists(os.path.join(out, 'run')))
 
   def test_good_inputs_pass_the_same_checks(self):
     files = self.create_tempdir().full_path
     out = os.path.join(self.create_tempdir().full_path, 'run')
-    plan, experiment = driver.prepare(config_lib.RunConfig(**dict(
+    plan, experiment = driver.prepare(registry.make_config(**dict(
         _BASE, output_dir=out, algorithm='aequa',
         contributions_file=_file(files, _values()))))
     self.assertEqual(plan.kind, 'new')
@@ -264,9 +265,9 @@ class BadInputsTest(parameterized.TestCase):
     self.assertFalse(os.path.exists(out))
     # The largest seed, and Aequa's ResNet-18 (its plain version is itself
     # at full width), are accepted.
-    config_lib.RunConfig(**dict(_BASE, output_dir=out,
+    registry.make_config(**dict(_BASE, output_dir=out,
                                 seed=config_lib.MAX_SEED))
-    _, experiment = driver.prepare(config_lib.RunConfig(**dict(
+    _, experiment = driver.prepare(registry.make_config(**dict(
         _BASE, output_dir=out, algorithm='aequa',
         model='slimmable_resnet18')))
     self.assertEqual(experiment.plain_model_spec.name, 'slimmable_resnet18')
@@ -276,7 +277,7 @@ class BadInputsTest(parameterized.TestCase):
     # only: the corrected command (other settings) is not refused.
     out = self.create_tempdir().full_path
     _saved_config(out, seed=4, examples_per_client=1)
-    config = config_lib.RunConfig(**dict(_BASE, output_dir=out))
+    config = registry.make_config(**dict(_BASE, output_dir=out))
     plan, _ = driver.prepare(config)
     self.assertEqual(plan.kind, 'unstarted')
     plan.apply()
@@ -287,7 +288,7 @@ class BadInputsTest(parameterized.TestCase):
     _saved_config(out)
     _write(os.path.join(out, 'metrics.csv'), 'round\n')
     _write(os.path.join(out, 'notes.txt'), 'mine')
-    config = config_lib.RunConfig(**dict(_BASE, output_dir=out, seed=5))
+    config = registry.make_config(**dict(_BASE, output_dir=out, seed=5))
     plan, _ = driver.prepare(config, start_over=True)
     self.assertEqual(plan.kind, 'start_over')
     plan.apply()

@@ -7,10 +7,11 @@ import os
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from tff_fair import errors
 from tff_fair.data import partition
 from tff_fair.data import sources
+from tff_fair import errors
 from tff_fair.training import config as config_lib
+from tff_fair.training.recipes import registry
 
 
 class RunConfigTest(parameterized.TestCase):
@@ -18,7 +19,7 @@ class RunConfigTest(parameterized.TestCase):
   def _config(self, **overrides):
     values = dict(output_dir=self.create_tempdir().full_path)
     values.update(overrides)
-    return config_lib.RunConfig(**values)
+    return registry.make_config(**values)
 
   @parameterized.named_parameters(
       ('unknown_algorithm', dict(algorithm='fedfoo'), 'Unknown algorithm'),
@@ -126,18 +127,27 @@ class RunConfigTest(parameterized.TestCase):
     self._config(**dict(setting, **{other: user}))  # Read there.
 
   def test_another_algorithm_s_settings_at_their_defaults_pass(self):
-    # As the program passes every flag; a resolved config passes again.
-    defaults = {name: getattr(config_lib.RunConfig, name)
-                for name in config_lib.ALGORITHM_SETTINGS}
-    for algorithm in config_lib.ALGORITHMS:
+    # As the program passes every flag; a config passes again when replaced.
+    defaults = {field.name: field.default
+                for field, _ in registry.setting_fields()}
+    for algorithm in registry.names():
       config = self._config(algorithm=algorithm, client_learning_rate=0.2,
                             **defaults)
       dataclasses.replace(config, rounds=3)
-      self.assertEqual(config.personal_learning_rate, 0.2)
+      self.assertEqual(config.algorithm, algorithm)
+      self.assertIsInstance(config.settings,
+                            registry.get(algorithm).Settings)
+
+  def test_flat_settings_round_trip(self):
+    # config.json is flat: shared and own settings side by side.
+    config = self._config(algorithm='ditto', ditto_lambda=0.3, rounds=4)
+    values = config.to_dict()
+    self.assertEqual((values['ditto_lambda'], values['rounds']), (0.3, 4))
+    self.assertEqual(registry.make_config(**values), config)
 
   def test_output_dir_required(self):
     with self.assertRaisesRegex(config_lib.ConfigError, 'output_dir'):
-      config_lib.RunConfig()
+      registry.make_config()
 
   def test_dataset_names_match_the_data_layer(self):
     self.assertEqual(set(config_lib.DATASETS), set(sources.SOURCE_NAMES))
@@ -168,12 +178,12 @@ class RunConfigTest(parameterized.TestCase):
   def test_width_grid(self):
     config = self._config(algorithm='aequa', p_min=0.1, p_max=1.0,
                           width_step=0.05)
-    grid = config.width_grid()
+    grid = config.settings.width_grid()
     self.assertLen(grid, 19)
     self.assertAlmostEqual(grid[0], 0.1)
     self.assertAlmostEqual(grid[-1], 1.0)
     self.assertEqual(self._config(algorithm='aequa', p_min=0.3,
-                                  width_step=0.5).width_grid(),
+                                  width_step=0.5).settings.width_grid(),
                      (0.3, 0.8, 1.0))
 
   def test_partition_params(self):
@@ -194,21 +204,22 @@ class RunConfigTest(parameterized.TestCase):
          'kappa_scope': 'each'})
 
   def test_default_width_step_is_the_benchmarks(self):
-    self.assertEqual(config_lib.RunConfig.width_step, 0.01)
-    self.assertLen(self._config(p_min=0.1).width_grid(), 91)
+    settings = self._config(algorithm='aequa', p_min=0.1).settings
+    self.assertEqual(settings.width_step, 0.01)
+    self.assertLen(settings.width_grid(), 91)
 
 
 class CheckOrSaveTest(parameterized.TestCase):
 
   def test_first_run_saves_then_same_settings_resume(self):
     out = self.create_tempdir().full_path
-    config = config_lib.RunConfig(output_dir=out, rounds=2)
+    config = registry.make_config(output_dir=out, rounds=2)
     self.assertIsNone(config_lib.check_resumable(config))
     config_lib.save_if_new(config)
     with open(os.path.join(out, config_lib.CONFIG_FILE)) as f:
       self.assertEqual(json.load(f)['rounds'], 2)
     # More rounds is a legitimate extension of the same run.
-    extended = config_lib.RunConfig(output_dir=out, rounds=7)
+    extended = registry.make_config(output_dir=out, rounds=7)
     self.assertEqual(config_lib.check_resumable(extended)['rounds'], 2)
     config_lib.save_if_new(extended)  # Keeps the first run's file.
     with open(os.path.join(out, config_lib.CONFIG_FILE)) as f:
@@ -216,11 +227,11 @@ class CheckOrSaveTest(parameterized.TestCase):
 
   def test_other_settings_refused_and_nothing_overwritten(self):
     out = self.create_tempdir().full_path
-    config_lib.save_if_new(config_lib.RunConfig(output_dir=out))
+    config_lib.save_if_new(registry.make_config(output_dir=out))
     path = os.path.join(out, config_lib.CONFIG_FILE)
     with open(path) as f:
       before = f.read()
-    other = config_lib.RunConfig(output_dir=out, num_clients=20,
+    other = registry.make_config(output_dir=out, num_clients=20,
                                  clients_per_round=5, seed=3)
     with self.assertRaisesRegex(
         config_lib.ConfigError,
@@ -232,20 +243,20 @@ class CheckOrSaveTest(parameterized.TestCase):
 
   def test_setting_missing_from_an_older_run_counts_as_its_default(self):
     out = self.create_tempdir().full_path
-    saved = config_lib.RunConfig(output_dir=out, rounds=2).to_dict()
+    saved = registry.make_config(output_dir=out, rounds=2).to_dict()
     del saved['validation_fraction']  # As if saved before it existed.
     with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
       json.dump(saved, f)
-    config_lib.check_resumable(config_lib.RunConfig(output_dir=out, rounds=2))
+    config_lib.check_resumable(registry.make_config(output_dir=out, rounds=2))
     with self.assertRaisesRegex(
         config_lib.ConfigError,
         'validation_fraction: saved run has 0.1, this run asks 0.3'):
-      config_lib.check_resumable(config_lib.RunConfig(
+      config_lib.check_resumable(registry.make_config(
           output_dir=out, rounds=2, validation_fraction=0.3))
 
   def _save_without(self, key, **settings):
     out = self.create_tempdir().full_path
-    saved = config_lib.RunConfig(output_dir=out, **settings).to_dict()
+    saved = registry.make_config(output_dir=out, **settings).to_dict()
     del saved[key]  # As if saved before the setting existed.
     with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
       json.dump(saved, f)
@@ -264,74 +275,74 @@ class CheckOrSaveTest(parameterized.TestCase):
         config_lib.ConfigError,
         f"{key}: saved run has '{old}'.*predates the {key} setting.*"
         f'--{key}={old} to resume'):
-      config_lib.check_resumable(config_lib.RunConfig(output_dir=out,
+      config_lib.check_resumable(registry.make_config(output_dir=out,
                                                       **settings))
-    config_lib.check_resumable(config_lib.RunConfig(
+    config_lib.check_resumable(registry.make_config(
         output_dir=out, **settings, **{key: old}))
 
   @parameterized.parameters('label_skew_rule', 'quantity_large_clients')
   def test_partition_rule_missing_from_another_partition_is_default(self,
                                                                     key):
     out = self._save_without(key, partition='dirichlet')
-    config_lib.check_resumable(config_lib.RunConfig(output_dir=out))
+    config_lib.check_resumable(registry.make_config(output_dir=out))
 
   def test_missing_kappa_scope_counts_as_shared(self):
     out = self._save_without('kappa_scope', partition='quantity_skew',
                              quantity_large_clients='first')
-    config_lib.check_resumable(config_lib.RunConfig(
+    config_lib.check_resumable(registry.make_config(
         output_dir=out, partition='quantity_skew',
         quantity_large_clients='first'))
     with self.assertRaisesRegex(config_lib.ConfigError,
                                 "kappa_scope: saved run has 'shared'"):
-      config_lib.check_resumable(config_lib.RunConfig(
+      config_lib.check_resumable(registry.make_config(
           output_dir=out, partition='quantity_skew',
           quantity_large_clients='first', kappa_scope='each', kappa=0.2))
 
   def test_ditto_settings_of_an_older_run_count_as_defaults(self):
     out = self.create_tempdir().full_path
-    saved = config_lib.RunConfig(output_dir=out, algorithm='ditto').to_dict()
+    saved = registry.make_config(output_dir=out, algorithm='ditto').to_dict()
     del saved['ditto_lambda_every'], saved['personal_iterate']
     with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
       json.dump(saved, f)
     config_lib.check_resumable(
-        config_lib.RunConfig(output_dir=out, algorithm='ditto'))
+        registry.make_config(output_dir=out, algorithm='ditto'))
     with self.assertRaisesRegex(config_lib.ConfigError,
                                 "personal_iterate: saved run has 'average'"):
-      config_lib.check_resumable(config_lib.RunConfig(
+      config_lib.check_resumable(registry.make_config(
           output_dir=out, algorithm='ditto', personal_iterate='last'))
 
   def test_server_held_out_sets_may_change_on_resumption(self):
     out = self.create_tempdir().full_path
-    config_lib.save_if_new(config_lib.RunConfig(output_dir=out))
-    config_lib.check_resumable(config_lib.RunConfig(
+    config_lib.save_if_new(registry.make_config(output_dir=out))
+    config_lib.check_resumable(registry.make_config(
         output_dir=out, server_held_out_examples=1000))
 
   def test_another_algorithm_s_saved_settings_are_not_compared(self):
     # Saved before such settings were refused: they never acted on the run.
     out = self.create_tempdir().full_path
-    saved = config_lib.RunConfig(output_dir=out, rounds=2).to_dict()
+    saved = registry.make_config(output_dir=out, rounds=2).to_dict()
     saved.update(p_min=0.25, ditto_lambda=0.5, personal_learning_rate=9.0)
     with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
       json.dump(saved, f)
-    config_lib.check_resumable(config_lib.RunConfig(output_dir=out, rounds=2))
+    config_lib.check_resumable(registry.make_config(output_dir=out, rounds=2))
     with self.assertRaisesRegex(config_lib.ConfigError,
                                 "algorithm: saved run has 'fedavg'"):
-      config_lib.check_resumable(config_lib.RunConfig(
+      config_lib.check_resumable(registry.make_config(
           output_dir=out, rounds=2, algorithm='ditto'))
 
   def test_saved_settings_nothing_read_are_not_compared(self):
     # Saved before such settings were refused: they never acted on the run.
     out = self.create_tempdir().full_path
-    saved = config_lib.RunConfig(output_dir=out, partition='label_skew',
+    saved = registry.make_config(output_dir=out, partition='label_skew',
                                  rounds=2).to_dict()
     saved.update(alpha=0.3, dp_noise_multiplier=2.0)
     with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
       json.dump(saved, f)
-    config_lib.check_resumable(config_lib.RunConfig(
+    config_lib.check_resumable(registry.make_config(
         output_dir=out, partition='label_skew', rounds=2))
     with self.assertRaisesRegex(config_lib.ConfigError,
                                 "partition: saved run has 'label_skew'"):
-      config_lib.check_resumable(config_lib.RunConfig(
+      config_lib.check_resumable(registry.make_config(
           output_dir=out, alpha=0.3, rounds=2))
 
   def test_damaged_config_file(self):
@@ -339,34 +350,35 @@ class CheckOrSaveTest(parameterized.TestCase):
     with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
       f.write('{"rounds": ')
     with self.assertRaisesRegex(config_lib.ConfigError, 'not valid JSON'):
-      config_lib.check_resumable(config_lib.RunConfig(output_dir=out))
+      config_lib.check_resumable(registry.make_config(output_dir=out))
 
 
 
 class DatasetDefaultsTest(absltest.TestCase):
 
   def test_unset_rates_and_batch_come_from_the_data_set(self):
-    config = config_lib.RunConfig(dataset='shakespeare', output_dir='x')
+    config = registry.make_config(algorithm='ditto', dataset='shakespeare',
+                                  output_dir='x')
     self.assertEqual(config.batch_size, 4)
     self.assertEqual(config.client_learning_rate, 1.0)
-    self.assertEqual(config.personal_learning_rate, 1.0)
-    config = config_lib.RunConfig(dataset='fashion_mnist', output_dir='x')
+    self.assertEqual(config.settings.personal_learning_rate, 1.0)
+    config = registry.make_config(dataset='fashion_mnist', output_dir='x')
     self.assertEqual((config.batch_size, config.client_learning_rate),
                      (32, 0.05))
     # What config.json records, and so what a resume is checked against.
     self.assertEqual(config.to_dict()['client_learning_rate'], 0.05)
 
   def test_explicit_values_win(self):
-    config = config_lib.RunConfig(
+    config = registry.make_config(
         algorithm='ditto', dataset='shakespeare', batch_size=16,
         client_learning_rate=0.5, personal_learning_rate=0.1, output_dir='x')
     self.assertEqual((config.batch_size, config.client_learning_rate,
-                      config.personal_learning_rate), (16, 0.5, 0.1))
+                      config.settings.personal_learning_rate), (16, 0.5, 0.1))
 
   def test_personal_rate_follows_an_explicit_client_rate(self):
-    config = config_lib.RunConfig(dataset='digits', client_learning_rate=0.3,
-                                  output_dir='x')
-    self.assertEqual(config.personal_learning_rate, 0.3)
+    config = registry.make_config(algorithm='ditto', dataset='digits',
+                                  client_learning_rate=0.3, output_dir='x')
+    self.assertEqual(config.settings.personal_learning_rate, 0.3)
 
   def test_every_data_set_has_defaults(self):
     self.assertCountEqual(config_lib.DATASET_DEFAULTS, config_lib.DATASETS)

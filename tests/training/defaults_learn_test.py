@@ -12,9 +12,8 @@ import numpy as np
 
 from tests import real_data
 from tests import tff_test_utils
-from tff_fair.training import config as config_lib
 from tff_fair.training import driver
-from tff_fair.training import experiment as experiment_lib
+from tff_fair.training.recipes import registry
 
 # name -> (files it needs under the data folder, examples loaded, rounds,
 # margin over the constant predictor). The margins are about half of what
@@ -54,11 +53,11 @@ class DefaultsLearnTest(tff_test_utils.TffTestCase):
       data_dir = ''
     else:
       data_dir = real_data.data_dir_with(*files) if files else ''
-    config = config_lib.RunConfig(
+    config = registry.make_config(
         dataset=name, data_dir=data_dir, partition='homogeneous',
         num_clients=4, clients_per_round=4, rounds=rounds, eval_every=0,
         seed=1, output_dir=self.create_tempdir().full_path)
-    experiment = experiment_lib.build_experiment(config, max_examples)
+    experiment = driver.build_experiment(config, max_examples)
     federated = experiment.data
     result = driver.Trainer(experiment).run()
 

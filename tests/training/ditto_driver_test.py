@@ -15,8 +15,10 @@ from tff_fair.evaluation import per_client
 from tff_fair.state import client_store
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
-from tff_fair.training import experiment as experiment_lib
+from tff_fair.training.recipes import ditto as ditto_recipe
+from tff_fair.training.recipes import registry
 from tff_fair.training import run_dir
+from tff_fair.training import sampling
 
 
 def _config(output_dir, **overrides):
@@ -26,12 +28,12 @@ def _config(output_dir, **overrides):
       batch_size=16, client_learning_rate=0.1, personal_learning_rate=0.1,
       seed=11, output_dir=output_dir, eval_every=0)
   values.update(overrides)
-  return config_lib.RunConfig(**values)
+  return registry.make_config(**values)
 
 
 def _trainer(config):
   config_lib.save_if_new(config)
-  return driver.Trainer(experiment_lib.build_experiment(config))
+  return driver.Trainer(driver.build_experiment(config))
 
 
 def _accuracies(result, kind):
@@ -68,7 +70,7 @@ def _damage_checkpoint(output_dir, round_num):
 
 def _personal_arrays(output_dir, round_num):
   """Client -> its personal model's arrays in the manifest of `round_num`."""
-  store = os.path.join(output_dir, run_dir.PERSONAL)
+  store = os.path.join(output_dir, ditto_recipe.PERSONAL_DIR)
   with open(os.path.join(store, 'manifests', f'v{round_num}.json')) as f:
     clients = json.load(f)['clients']
   arrays = {}
@@ -142,7 +144,7 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
     before = snapshot_lib.snapshot(out)
     with self.assertRaisesRegex(
         run_dir.RunDirError,
-        'not usable: round 3 .its personal models were not kept'):
+        'not usable: round 3 .its per-client state .personal/. was not kept'):
       driver.run(_config(out, rounds=4, **settings),
                  checkpoint_fallback=True)
     self.assertEqual(snapshot_lib.snapshot(out), before)
@@ -162,14 +164,14 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
                            new=property(lambda _: spy)):
       state, _ = trainer._run_rounds(state, 0)
     ids = trainer.experiment.data.client_ids
-    round1 = driver.sample_clients(ids, 2, seed=11, round_num=1)
-    round2 = driver.sample_clients(ids, 2, seed=11, round_num=2)
+    round1 = sampling.sample_clients(ids, 2, seed=11, round_num=1)
+    round2 = sampling.sample_clients(ids, 2, seed=11, round_num=2)
     initial = trainer.experiment.model_spec.initial_weights(11)
     # Round 1: every client is new and starts from w^0.
     for client_input in seen_inputs[0]:
       self.assertAllClose(client_input['personal'].trainable,
                           initial.trainable)
-    personal = trainer._personal
+    personal = trainer.recipe.personal_models
     for cid in set(ids) - set(round1) - set(round2):
       self.assertIsNone(personal.weights(cid))  # Never trained: no state.
     # A client sampled in round 1 but not round 2 kept its round-1 model.
@@ -197,7 +199,7 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
       trainer._run_rounds(state, 0)
     sampled = set()
     for round_num in (1, 2):
-      sampled.update(driver.sample_clients(data.client_ids, 3, seed=11,
+      sampled.update(sampling.sample_clients(data.client_ids, 3, seed=11,
                                            round_num=round_num))
     self.assertNotEmpty(read)
     self.assertContainsSubset(set(read), sampled)
@@ -273,16 +275,16 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
       rechosen = int(row['round']) == 1 or every == 1
       self.assertEqual(int(row['lambda_chosen']), int(rechosen))
     for cid in ids:
-      self.assertEqual(trainer._personal.lam(cid), chosen[(2, cid)])
-      self.assertAllClose(trainer._personal.weights(cid).trainable,
+      self.assertEqual(trainer.recipe.lam(cid), chosen[(2, cid)])
+      self.assertAllClose(trainer.recipe.personal_models.weights(cid).trainable,
                           models[(2, cid)].trainable)
 
   def test_choose_lambda_is_the_arg_min_and_skips_nan(self):
-    self.assertEqual(driver.choose_lambda({0.1: 0.5, 1.0: 0.2, 2.0: 0.3}),
+    self.assertEqual(ditto_recipe.choose_lambda({0.1: 0.5, 1.0: 0.2, 2.0: 0.3}),
                      1.0)
-    self.assertEqual(driver.choose_lambda({0.1: float('nan'), 1.0: 0.9}),
+    self.assertEqual(ditto_recipe.choose_lambda({0.1: float('nan'), 1.0: 0.9}),
                      1.0)
-    self.assertEqual(driver.choose_lambda({2.0: 0.4, 1.0: 0.4}), 1.0)
+    self.assertEqual(ditto_recipe.choose_lambda({2.0: 0.4, 1.0: 0.4}), 1.0)
 
   def test_round_metrics_evaluate_the_round_s_personal_models(self):
     out = self.create_tempdir().full_path
@@ -301,7 +303,7 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
     out = self.create_tempdir().full_path
     result = driver.run(_config(out, rounds=1, clients_per_round=1,
                                 eval_every=1))
-    trained = driver.sample_clients(
+    trained = sampling.sample_clients(
         [f'client_{i:04d}' for i in range(4)], 1, seed=11, round_num=1)
     self.assertEqual(list(result.evaluations['personalized']), trained)
     self.assertLen(result.evaluations['personalized_or_global'], 4)
@@ -324,7 +326,7 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
     for round_num in (1, 2):
       self.assertEqual(
           [r['client'] for r in rows if int(r['round']) == round_num],
-          driver.sample_clients(ids, 2, seed=11, round_num=round_num))
+          sampling.sample_clients(ids, 2, seed=11, round_num=round_num))
     evaluator = per_client.ClientEvaluator(
         trainer.experiment.model_spec.build_keras)
     data = trainer.experiment.data
@@ -332,12 +334,12 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
       if int(row['round']) != 2:
         continue
       cid = row['client']
-      on_train = evaluator.evaluate(trainer._personal.weights(cid),
+      on_train = evaluator.evaluate(trainer.recipe.personal_models.weights(cid),
                                     *data.arrays(cid, 'train'))
       self.assertAllClose(float(row['train_accuracy']), on_train.accuracy)
       self.assertAllClose(float(row['train_loss']), on_train.loss)
       self.assertGreater(float(row['train_loss_during']), 0.0)
-      self.assertEqual(float(row['lambda']), config.ditto_lambda)
+      self.assertEqual(float(row['lambda']), config.settings.ditto_lambda)
     round2 = [r for r in rows if int(r['round']) == 2]
     self.assertAllClose(result.history[-1]['personal_train_accuracy_min'],
                         min(float(r['train_accuracy']) for r in round2))
@@ -349,7 +351,7 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
     rows = _read_csv(os.path.join(out, 'personal_rounds.csv'))
     self.assertEqual(
         [r['client'] for r in rows if int(r['round']) == 3],
-        driver.sample_clients(ids, 2, seed=11, round_num=3))
+        sampling.sample_clients(ids, 2, seed=11, round_num=3))
     self.assertLen(rows, 6)
 
   def test_lambdas_file_must_cover_every_client(self):

@@ -11,6 +11,8 @@ import tensorflow_federated as tff
 from tests import tff_test_utils
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
+from tff_fair.training.recipes import registry
+from tff_fair.training import sampling
 
 
 def _config(output_dir, **overrides):
@@ -19,7 +21,7 @@ def _config(output_dir, **overrides):
       clients_per_round=3, rounds=4, batch_size=16, client_learning_rate=0.1,
       seed=7, output_dir=output_dir, eval_every=2)
   values.update(overrides)
-  return config_lib.RunConfig(**values)
+  return registry.make_config(**values)
 
 
 def _accuracies(result, kind='global'):
@@ -34,12 +36,12 @@ class SamplingTest(tff_test_utils.TffTestCase):
 
   def test_sampling_is_a_function_of_seed_and_round(self):
     ids = [f'c{i}' for i in range(50)]
-    a = driver.sample_clients(ids, 10, seed=1, round_num=3)
-    self.assertEqual(a, driver.sample_clients(ids, 10, seed=1, round_num=3))
+    a = sampling.sample_clients(ids, 10, seed=1, round_num=3)
+    self.assertEqual(a, sampling.sample_clients(ids, 10, seed=1, round_num=3))
     self.assertLen(set(a), 10)
-    self.assertNotEqual(a, driver.sample_clients(ids, 10, seed=1,
+    self.assertNotEqual(a, sampling.sample_clients(ids, 10, seed=1,
                                                  round_num=4))
-    self.assertNotEqual(a, driver.sample_clients(ids, 10, seed=2,
+    self.assertNotEqual(a, sampling.sample_clients(ids, 10, seed=2,
                                                  round_num=3))
 
 
@@ -135,9 +137,9 @@ class BaselinesTest(tff_test_utils.TffTestCase):
     config = _config(out, algorithm='standalone', partition='label_skew',
                      classes_per_client=2, rounds=8, clients_per_round=2,
                      local_epochs=1)
-    trainer = driver.Trainer(driver.experiment_lib.build_experiment(config))
+    trainer = driver.Trainer(driver.build_experiment(config))
     # 8 rounds x 1 epoch x half the clients per round.
-    self.assertEqual(trainer.standalone_epochs(), 4)
+    self.assertEqual(trainer.context.standalone_epochs(), 4)
     result = trainer.run()
     self.assertEqual(set(result.evaluations), {'standalone'})
     # Each client separates its own two classes far better than chance.

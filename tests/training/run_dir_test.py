@@ -6,11 +6,12 @@ import re
 from absl.testing import absltest
 
 from tff_fair.training import config as config_lib
+from tff_fair.training.recipes import registry
 from tff_fair.training import run_dir
 
 
 def _config(out, **overrides):
-  return config_lib.RunConfig(output_dir=out, rounds=5, **overrides)
+  return registry.make_config(output_dir=out, rounds=5, **overrides)
 
 
 def _checkpoints(out, *rounds):
@@ -39,7 +40,7 @@ class InspectTest(absltest.TestCase):
     _checkpoints(out, 0, 5)
     self.assertEqual(run_dir.inspect(_config(out)).kind, 'resume')
     with self.assertRaisesRegex(run_dir.RunDirError, 'past rounds=4'):
-      run_dir.inspect(config_lib.RunConfig(output_dir=out, rounds=4))
+      run_dir.inspect(registry.make_config(output_dir=out, rounds=4))
 
   def test_apply_removes_interrupted_checkpoint_writes_only(self):
     out = self.create_tempdir().full_path

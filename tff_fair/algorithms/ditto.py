@@ -92,13 +92,21 @@ class DittoProcess(tff.learning.templates.LearningProcess):
     return self._personalize
 
 
+def check_lambda(lam: float) -> None:
+  """Refuses a lambda that is not a finite number >= 0 (ValueError)."""
+  if (isinstance(lam, bool) or not isinstance(lam, numbers.Real)
+      or not math.isfinite(lam) or lam < 0):
+    raise ValueError(
+        f"Ditto's lambda must be a finite number >= 0, got {lam!r} (0 is"
+        ' purely local training; larger values pull the personal model'
+        ' towards the global one).')
+
+
 def personal_input(
     dataset: tf.data.Dataset, personal: ModelWeights, lam: float
 ) -> collections.OrderedDict:
   """One client's input to `personalize`; `lam` must be finite and >= 0."""
-  if not (isinstance(lam, numbers.Real) and math.isfinite(lam) and lam >= 0):
-    raise ValueError(f"Ditto's lambda must be a finite number >= 0, got"
-                     f' {lam!r}.')
+  check_lambda(lam)
   return collections.OrderedDict(data=dataset, personal=personal,
                                  lam=float(lam))
 

@@ -4,9 +4,15 @@ The configuration is checked once, at the boundary, and written to
 `<output_dir>/config.json`. A later run in the same output directory must
 agree on every setting that changes what the checkpoints mean; it may differ
 in the settings listed in `RESUMABLE_FIELDS` (e.g. more rounds, to extend a
-finished run).
+finished run) and in its algorithm's settings marked resumable.
+
+An algorithm's own settings are not here: each recipe
+(`tff_fair.training.recipes`) declares them as a frozen dataclass of
+`setting` fields, carried in `RunConfig.settings` and flattened beside the
+shared ones in config.json and the flags.
 """
 
+from collections.abc import Sequence
 import dataclasses
 import json
 import math
@@ -14,21 +20,16 @@ import os
 from typing import Any, Optional
 
 from tff_fair import errors
-from tff_fair.fairness import contribution
 from tff_fair.training import files
 
-ALGORITHMS = ('fedavg', 'fedavg_ft', 'standalone', 'ditto', 'aequa')
-ALLOCATION_SOLVERS = ('exact', 'annealing')
 PARTITIONS = ('homogeneous', 'dirichlet', 'quantity_skew', 'label_skew',
               'natural')
 OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'adamw')
 AGGREGATORS = ('mean', 'robust', 'dp', 'compression')
-DITTO_VARIANTS = ('sequential', 'interleaved')
 # The rules of tff_fair.data.partition (kept here: config imports no numpy).
 LABEL_SKEW_RULES = ('niid_bench', 'cyclic')
 QUANTITY_LARGE_CLIENTS = ('random', 'first')
 KAPPA_SCOPES = ('shared', 'each')
-PERSONAL_ITERATES = ('average', 'last')
 ATTACKS = ('none', 'label_poisoning', 'random_updates', 'model_replacement')
 # The names of tff_fair.data.SOURCE_NAMES (kept here: config imports no TF).
 DATASETS = ('fashion_mnist', 'mnist', 'cifar10', 'femnist', 'shakespeare',
@@ -78,37 +79,21 @@ def dataset_defaults_help(field: str) -> str:
                    for name, defaults in DATASET_DEFAULTS.items())
 
 
-# Settings that may change between a run and its resumption.
-# Aequa's reward settings act after training, so they may change too.
+# Settings that may change between a run and its resumption (an algorithm's
+# own are marked `resumable` in its settings: see `setting`).
 RESUMABLE_FIELDS = frozenset({
     'rounds', 'output_dir', 'data_dir', 'eval_every',
-    'max_concurrent_computation_calls', 'width_step', 'allocation_solver',
-    'annealing_iterations', 'contributions_file', 'server_held_out_examples',
+    'max_concurrent_computation_calls', 'server_held_out_examples',
 })
 
-# Settings only one algorithm reads: {setting: algorithm}.
-ALGORITHM_SETTINGS = {
-    'finetune_epochs': 'fedavg_ft',
-    **dict.fromkeys((
-        'ditto_lambda', 'ditto_lambda_grid', 'ditto_lambda_every',
-        'ditto_lambdas_file', 'ditto_variant', 'personal_epochs',
-        'personal_optimizer', 'personal_learning_rate', 'personal_iterate'),
-                    'ditto'),
-    **dict.fromkeys((
-        'p_min', 'p_max', 'widths_per_step', 'width_step',
-        'allocation_solver', 'annealing_iterations', 'contributions_file'),
-                    'aequa'),
-}
-
-# Every setting read only when another setting has one of some values:
-# {setting: (other setting, its values that read it)}: the algorithm's own
-# settings above, and those of an aggregator, attack or partition. Given a
-# value other than its default where nothing reads it, a setting would be
-# silently ignored, so `RunConfig` refuses it (after every value check, so
-# a bad value is named as such first); resuming does not compare it.
+# Every shared setting read only when another setting has one of some
+# values: {setting: (other setting, its values that read it)}. Given a value
+# other than its default where nothing reads it, a setting would be
+# silently ignored, so `RunConfig` refuses it (after every value check, so a
+# bad value is named as such first); resuming does not compare it. (An
+# algorithm's own settings are refused with any other algorithm by
+# `recipes.registry.make_config`.)
 SETTING_READERS = {
-    **{name: ('algorithm', (owner,))
-       for name, owner in ALGORITHM_SETTINGS.items()},
     'dp_noise_multiplier': ('aggregator', ('dp',)),
     'attack_scale': ('attack', ('model_replacement',)),
     'alpha': ('partition', ('dirichlet',)),
@@ -139,12 +124,15 @@ class ConfigError(errors.UserError, ValueError):
 class RunConfig:
   """Everything that defines a training run.
 
-  A setting read only under some value of another (`SETTING_READERS`: one
-  algorithm's settings, an aggregator's, an attack's, a partition's) must
-  keep its default otherwise: it would be ignored.
+  The settings every algorithm shares; an algorithm's own are in
+  `settings` (its recipe's `Settings`). Build a complete one with
+  `tff_fair.training.recipes.registry.make_config`, which also checks the
+  algorithm's settings against these. A setting read only under some value
+  of another (`SETTING_READERS`: an aggregator's, an attack's, a
+  partition's) must keep its default otherwise: it would be ignored.
 
   Attributes:
-    algorithm: One of `ALGORITHMS`.
+    algorithm: A name of `tff_fair.training.recipes.registry.RECIPES`.
     dataset: A `tff_fair.data` source name, e.g. 'fashion_mnist'.
     partition: One of `PARTITIONS`.
     num_clients: Number of clients the data is split into.
@@ -182,11 +170,10 @@ class RunConfig:
     validation_fraction / test_fraction: Each client's own split.
     server_held_out_examples: Size of each of two server-side held-out sets
       (validation, test) drawn from examples no client holds (0: none).
-      Aequa then measures contributions and its width-accuracy curve on the
-      server's validation set and the rewarded models on its test set,
-      instead of on the clients' pooled splits. Clients' data is the same
+      An algorithm that measures the global model on common held-out data
+      (Aequa's rewards) uses the server's validation and test sets instead
+      of the clients' pooled splits. Clients' data is the same
       either way, so this may change when a run is resumed.
-    finetune_epochs: Local epochs of FedAvg + fine-tuning.
     eval_every: Evaluate every client's test split every this many rounds
       (0: only after the last round).
     data_dir: Data directory (see `tff_fair.data.sources`); '' uses
@@ -197,50 +184,14 @@ class RunConfig:
       (tff.learning.dp_aggregator, unweighted, with dp_noise_multiplier),
       'compression' (tff.learning.compression_aggregator).
     dp_noise_multiplier: Noise multiplier of the 'dp' aggregator.
-    ditto_lambda: Ditto's lambda for every client (when neither
-      ditto_lambda_grid nor ditto_lambdas_file is given).
-    ditto_lambda_grid: Comma-separated lambdas; each client picks the one
-      whose personal model has the lowest loss on its validation split (the
-      Ditto paper's heuristic; candidates train from the client's current
-      personal model), first when it first trains, then again every
-      `ditto_lambda_every` rounds.
-    ditto_lambda_every: With a grid: re-choose a client's lambda when its
-      choice is at least this many rounds old (1: every round it trains,
-      as the reference code's dynamic lambda); 0 chooses once.
-    ditto_lambdas_file: JSON file {client_id: lambda} covering every client.
-    ditto_variant: 'sequential' (personal epochs after the global ones, both
-      from w^t) or 'interleaved' (one personal step per global step, on the
-      same batches, as in the reference code).
-    personal_epochs: Personal-model epochs per round (sequential variant).
-    personal_optimizer / personal_learning_rate: Personal-model optimizer
-      (a rate of 0: the client learning rate).
-    personal_iterate: The personal model a round keeps: 'average' (the
-      mean of the round's iterates; stable) or 'last' (the last iterate, as
-      the reference code; on skewed clients it can end a round collapsed
-      onto one class).
     attack: One of `ATTACKS` (tff_fair.attacks).
     malicious_fraction: Fraction of clients that attack.
     attack_scale: Update multiplier of 'model_replacement'.
-    p_min / p_max: Aequa's width range (0 < p_min <= p_max <= 1).
-    widths_per_step: Aequa: widths sampled per local step besides the full.
-    width_step: Aequa: spacing of the width-accuracy curve's widths. The
-      default 0.01 is the benchmark's grid: a coarser grid leaves jumps in
-      a steep curve that no allocation can bridge, so gains spread more
-      (README, "Aequa", measures both). Allocation stays cheap; the curve
-      costs two evaluations per width (held-out and reward test sets).
-    allocation_solver: Aequa: 'exact' (common-target sweep) or 'annealing'.
-    annealing_iterations: Iterations of the annealer (0: its default).
-    contributions_file: Aequa: JSON {client_id: contribution} for every
-      client. '' (default): the driver measures them: each client trains a
-      model alone (`Trainer.standalone_epochs` epochs from the initial
-      weights) and its contribution is that model's accuracy on the common
-      held-out set the width-accuracy curve is measured on (the server's
-      validation set with server_held_out_examples, else all clients'
-      validation splits pooled, or their test splits pooled when there is
-      no validation data); not on the client's own test split.
+    settings: The algorithm's own settings: an instance of its recipe's
+      `Settings` (`NoSettings` for an algorithm without any).
   """
 
-  algorithm: str = 'fedavg'
+  algorithm: str = ''
   dataset: str = 'fashion_mnist'
   partition: str = 'dirichlet'
   num_clients: int = 10
@@ -267,70 +218,38 @@ class RunConfig:
   validation_fraction: float = 0.1
   test_fraction: float = 0.2
   server_held_out_examples: int = 0
-  finetune_epochs: int = 1
   eval_every: int = 1
   data_dir: str = ''
   max_concurrent_computation_calls: int = -1
   aggregator: str = 'mean'
   dp_noise_multiplier: float = 0.1
-  ditto_lambda: float = 1.0
-  ditto_lambda_grid: str = ''
-  ditto_lambda_every: int = 1
-  ditto_lambdas_file: str = ''
-  ditto_variant: str = 'sequential'
-  personal_epochs: int = 1
-  personal_optimizer: str = 'sgd'
-  personal_learning_rate: float = 0.0
-  personal_iterate: str = 'average'
   attack: str = 'none'
   malicious_fraction: float = 0.0
   attack_scale: float = 10.0
-  p_min: float = 0.1
-  p_max: float = 1.0
-  widths_per_step: int = 1
-  width_step: float = 0.01
-  allocation_solver: str = 'exact'
-  annealing_iterations: int = 0
-  contributions_file: str = ''
+
+  settings: Any = dataclasses.field(default_factory=lambda: NoSettings())
 
   def __post_init__(self):
     if self.dataset not in DATASETS:
       raise ConfigError(
           f'Unknown dataset {self.dataset!r}; choose one of'
           f' {", ".join(DATASETS)}.')
-    _check_choice('algorithm', self.algorithm, ALGORITHMS)
     self._resolve_defaults()
-    _check_choice('partition', self.partition, PARTITIONS)
-    _check_choice('client_optimizer', self.client_optimizer, OPTIMIZERS)
-    _check_choice('server_optimizer', self.server_optimizer, OPTIMIZERS)
-    _check_choice('personal_optimizer', self.personal_optimizer, OPTIMIZERS)
-    _check_choice('aggregator', self.aggregator, AGGREGATORS)
-    _check_choice('ditto_variant', self.ditto_variant, DITTO_VARIANTS)
-    _check_choice('personal_iterate', self.personal_iterate,
-                  PERSONAL_ITERATES)
-    _check_choice('attack', self.attack, ATTACKS)
-    _check_choice('allocation_solver', self.allocation_solver,
-                  ALLOCATION_SOLVERS)
-    _check_choice('label_skew_rule', self.label_skew_rule, LABEL_SKEW_RULES)
-    _check_choice('quantity_large_clients', self.quantity_large_clients,
+    check_choice('partition', self.partition, PARTITIONS)
+    check_choice('client_optimizer', self.client_optimizer, OPTIMIZERS)
+    check_choice('server_optimizer', self.server_optimizer, OPTIMIZERS)
+    check_choice('aggregator', self.aggregator, AGGREGATORS)
+    check_choice('attack', self.attack, ATTACKS)
+    check_choice('label_skew_rule', self.label_skew_rule, LABEL_SKEW_RULES)
+    check_choice('quantity_large_clients', self.quantity_large_clients,
                   QUANTITY_LARGE_CLIENTS)
-    _check_choice('kappa_scope', self.kappa_scope, KAPPA_SCOPES)
-    try:
-      contribution.check_width_range(self.p_min, self.p_max)
-    except ValueError as e:
-      raise ConfigError(str(e)) from e
-    if not 0 < self.width_step <= 1:
-      raise ConfigError(f'width_step must be in (0, 1], got {self.width_step}.')
-    for name in ('widths_per_step', 'annealing_iterations'):
-      if getattr(self, name) < 0:
-        raise ConfigError(f'{name} must be >= 0, got {getattr(self, name)}.')
+    check_choice('kappa_scope', self.kappa_scope, KAPPA_SCOPES)
     for name in ('num_clients', 'clients_per_round', 'rounds',
-                 'local_epochs', 'batch_size', 'finetune_epochs',
-                 'personal_epochs'):
+                 'local_epochs', 'batch_size'):
       if getattr(self, name) < 1:
         raise ConfigError(f'{name} must be >= 1, got {getattr(self, name)}.')
     for name in ('examples_per_client', 'eval_every', 'seed',
-                 'server_held_out_examples', 'ditto_lambda_every'):
+                 'server_held_out_examples'):
       if getattr(self, name) < 0:
         raise ConfigError(f'{name} must be >= 0, got {getattr(self, name)}.')
     if self.seed > MAX_SEED:
@@ -341,21 +260,13 @@ class RunConfig:
       raise ConfigError(
           f'Unknown model {self.model!r}; choose one of {", ".join(MODELS)}'
           " (or leave --model empty for the data set's default).")
-    if self.model in SLIMMABLE_MODELS and self.algorithm != 'aequa':
-      raise ConfigError(
-          f'--model={self.model} is a slimmable architecture for'
-          f' --algorithm=aequa; with --algorithm={self.algorithm} choose one'
-          f' of {", ".join(PLAIN_MODELS)}.')
     if self.clients_per_round > self.num_clients:
       raise ConfigError(
           f'clients_per_round={self.clients_per_round} exceeds'
           f' num_clients={self.num_clients}; sample at most every client.'
       )
-    for name in ('client_learning_rate', 'server_learning_rate',
-                 'personal_learning_rate'):
-      value = getattr(self, name)
-      if not (math.isfinite(value) and value > 0):
-        raise ConfigError(f'{name} must be a positive number, got {value}.')
+    for name in ('client_learning_rate', 'server_learning_rate'):
+      check_learning_rate(name, getattr(self, name))
     if self.partition == 'dirichlet' and not (
         math.isfinite(self.alpha) and self.alpha > 0):
       raise ConfigError(
@@ -392,16 +303,6 @@ class RunConfig:
           'test_fraction must be > 0: clients are evaluated on their own'
           ' test split.'
       )
-    check_lambda('ditto_lambda', self.ditto_lambda)
-    self.lambda_grid()  # Validates the grid.
-    if self.ditto_lambda_grid and self.ditto_lambdas_file:
-      raise ConfigError(
-          'Give either ditto_lambda_grid or ditto_lambdas_file, not both.')
-    if self.ditto_lambda_grid and self.validation_fraction == 0:
-      raise ConfigError(
-          'ditto_lambda_grid chooses lambdas by validation loss, but'
-          ' validation_fraction is 0; raise validation_fraction (e.g. 0.1)'
-          ' or give one ditto_lambda.')
     if not 0 <= self.malicious_fraction < 1:
       raise ConfigError(
           f'malicious_fraction must be in [0, 1), got'
@@ -424,23 +325,11 @@ class RunConfig:
     self._check_unread_settings()
 
   def _check_unread_settings(self) -> None:
-    """Refuses a setting given where nothing reads it (`SETTING_READERS`).
-
-    `personal_learning_rate` counts as not given when it is what leaving
-    it out resolves to (the client learning rate), so a resolved config
-    passes again (`dataclasses.replace`).
-    """
+    """Refuses a shared setting given where nothing reads it."""
     for name, (other, users) in SETTING_READERS.items():
       value = getattr(self, name)
-      if (getattr(self, other) in users or value == _DEFAULTS[name] or (
-          name == 'personal_learning_rate' and
-          value == self.client_learning_rate)):
+      if getattr(self, other) in users or value == _DEFAULTS[name]:
         continue
-      if other == 'algorithm':
-        raise ConfigError(
-            f'--{name}={value} is a setting of --algorithm={users[0]}, which'
-            f' --algorithm={self.algorithm} ignores; drop --{name} or use'
-            f' --algorithm={users[0]}.')
       wanted = ' or '.join(f'--{other}={u}' for u in users)
       raise ConfigError(
           f'--{name}={value} is read only with {wanted}, not with'
@@ -459,32 +348,6 @@ class RunConfig:
     if self.client_learning_rate == 0:
       object.__setattr__(self, 'client_learning_rate',
                          defaults.client_learning_rate)
-    if self.personal_learning_rate == 0:
-      object.__setattr__(self, 'personal_learning_rate',
-                         self.client_learning_rate)
-
-  def width_grid(self) -> tuple[float, ...]:
-    """Widths of the width-accuracy curve: p_min, p_min + step, ..., p_max."""
-    count = int(math.floor((self.p_max - self.p_min) / self.width_step + 1e-9))
-    grid = [round(self.p_min + i * self.width_step, 10)
-            for i in range(count + 1)]
-    if grid[-1] < self.p_max - 1e-9:
-      grid.append(self.p_max)
-    return tuple(grid)
-
-  def lambda_grid(self) -> tuple[float, ...]:
-    """The parsed `ditto_lambda_grid` (empty when not given)."""
-    if not self.ditto_lambda_grid:
-      return ()
-    try:
-      grid = tuple(float(v) for v in self.ditto_lambda_grid.split(','))
-    except ValueError as e:
-      raise ConfigError(
-          f'ditto_lambda_grid must be comma-separated numbers, got'
-          f' {self.ditto_lambda_grid!r}.') from e
-    for value in grid:
-      check_lambda('ditto_lambda_grid', value)
-    return grid
 
   def partition_params(self) -> dict[str, Any]:
     """The keyword arguments of the chosen partition."""
@@ -501,23 +364,67 @@ class RunConfig:
     }[self.partition]
 
   def to_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
+    """Every setting by name, the algorithm's own beside the shared ones.
+
+    The flat form of config.json (and of the flags): the algorithm's
+    setting names are distinct from the shared ones.
+    """
+    values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+              if f.name != 'settings'}
+    values.update(dataclasses.asdict(self.settings))
+    return values
+
+  def defaults(self) -> dict[str, Any]:
+    """`to_dict`'s names with their defaults (the algorithm's included)."""
+    return {**_DEFAULTS, **settings_defaults(type(self.settings))}
+
+  def resumable_fields(self) -> frozenset[str]:
+    """The settings that may differ on resumption (shared and own)."""
+    return RESUMABLE_FIELDS | frozenset(
+        f.name for f in dataclasses.fields(self.settings)
+        if f.metadata.get('resumable'))
 
 
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)
+             if f.name != 'settings'}
 
 
-def check_lambda(name: str, value: float) -> None:
-  """Ditto's lambda must be a finite number >= 0."""
-  if not (isinstance(value, (int, float)) and math.isfinite(value) and
-          value >= 0):
-    raise ConfigError(
-        f'{name}: lambda must be a finite number >= 0, got {value!r}'
-        ' (0 is purely local training; larger values pull the personal'
-        ' model towards the global one).')
+def setting(default: Any, help_text: str, *, choices: Sequence[str] = (),
+            resumable: bool = False) -> Any:
+  """A field of an algorithm's settings, with what its flag shows.
+
+  Args:
+    default: The value when the flag is not given.
+    help_text: The flag's help.
+    choices: The allowed values of a string setting (its flag is an enum).
+    resumable: Whether a resumed run may change it (it acts after training,
+      or only on what is still to come).
+
+  Returns:
+    A `dataclasses.field` for a frozen settings dataclass.
+  """
+  return dataclasses.field(default=default, metadata={
+      'help': help_text, 'choices': tuple(choices), 'resumable': resumable})
 
 
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+@dataclasses.dataclass(frozen=True)
+class NoSettings:
+  """The settings of an algorithm that has none of its own."""
+
+
+def settings_defaults(settings_type: type[Any]) -> dict[str, Any]:
+  """{name: default} of a settings dataclass."""
+  return {f.name: f.default for f in dataclasses.fields(settings_type)}
+
+
+def check_learning_rate(name: str, value: float) -> None:
+  """A learning rate must be a finite number > 0."""
+  if not (math.isfinite(value) and value > 0):
+    raise ConfigError(f'{name} must be a positive number, got {value}.')
+
+
+def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+  """Refuses `value` unless it is one of `choices`, listing them."""
   if value not in choices:
     raise ConfigError(
         f'Unknown {name} {value!r}; choose one of {", ".join(choices)}.'
@@ -532,31 +439,31 @@ def incompatible_settings(
   A setting missing from `saved` (added to tff_fair after that run began)
   counts as what that run used: its default, or for a setting in
   `LEGACY_VALUES` whose partition the run used, the old value (the
-  default changed since). Settings `current` does not read
-  (`SETTING_READERS`: another algorithm's, another partition's, ...) are
-  not compared: they never acted on the run.
+  default changed since). Settings `current` does not read (another
+  algorithm's, or `SETTING_READERS`: another partition's, ...) are not
+  compared: they never acted on the run (the algorithm is compared).
   """
   now = current.to_dict()
+  defaults = current.defaults()
+  resumable = current.resumable_fields()
   saved_partition = saved.get('partition', _DEFAULTS['partition'])
   differences = []
   for key in sorted(set(saved) | set(now)):
-    if key in RESUMABLE_FIELDS:
+    if key in resumable or key not in now:
       continue
     # A setting the run does not read never acted on the saved run (runs
     # saved before such settings were refused may hold any value); the
     # setting it depends on is compared on its own.
-    other, users = SETTING_READERS.get(key, ('algorithm', (current.algorithm,)))
-    if getattr(current, other) not in users:
+    other, users = SETTING_READERS.get(key, (None, ()))
+    if other is not None and getattr(current, other) not in users:
       continue
     legacy = None
     if key not in saved and LEGACY_VALUES.get(key, ('',))[0] == (
         saved_partition):
       legacy = LEGACY_VALUES[key][1]
-    was = saved.get(key, _DEFAULTS.get(key, '<missing>') if legacy is None
-                    else legacy)
-    if was != now.get(key, '<missing>'):
-      difference = (f'{key}: saved run has {was!r}, this run asks'
-                    f' {now.get(key, "<missing>")!r}')
+    was = saved.get(key, defaults[key] if legacy is None else legacy)
+    if was != now[key]:
+      difference = f'{key}: saved run has {was!r}, this run asks {now[key]!r}'
       if legacy is not None:
         difference += (
             f' (the saved run predates the {key} setting; tff_fair then'

@@ -35,9 +35,10 @@ class Experiment:
 
     config: The run's settings.
     data: The clients' data.
-    model_spec: The trained architecture (slimmable for Aequa).
+    model_spec: The trained architecture (slimmable for an algorithm that
+      trains slimmable models).
     plain_model_spec: The same architecture without a width input (what
-      standalone training and contributions use).
+      models trained alone use: `RunContext.train_locally`).
   """
 
   config: config_lib.RunConfig
@@ -79,19 +80,6 @@ def build_aggregator(
         noise_multiplier=config.dp_noise_multiplier,
         clients_per_round=config.clients_per_round)
   return tff.learning.compression_aggregator()
-
-
-def load_lambdas(path: str, client_ids: Sequence[str]) -> dict[str, float]:
-  """Per-client Ditto lambdas from a JSON file {client_id: lambda}.
-
-  Raises:
-    ConfigError: If the file is unreadable, a value is not a lambda, or a
-      client is missing.
-  """
-  mapping = load_client_values(path, client_ids, 'lambda')
-  for cid in client_ids:
-    config_lib.check_lambda(f'{path}[{cid!r}]', mapping[cid])
-  return mapping
 
 
 def load_client_values(
@@ -172,7 +160,8 @@ def model_spec_for(
     slim_name = f'slimmable_{name.removeprefix("slimmable_")}'
     if slim_name not in slimmable_models.MODEL_NAMES:
       raise config_lib.ConfigError(
-          f'Model {name!r} has no slimmable version; Aequa needs one of'
+          f'Model {name!r} has no slimmable version; a slimmable algorithm'
+          ' needs one of'
           f' {", ".join(slimmable_models.MODEL_NAMES)}.')
     return slimmable_models.build_model_spec(
         slim_name, x_shape=source.x.shape[1:], x_dtype=x_dtype,
@@ -242,16 +231,20 @@ def check_model_fits(
 
 
 def check_splits(config: config_lib.RunConfig,
-                 federated: 'data_lib.FederatedData') -> None:
+                 federated: 'data_lib.FederatedData',
+                 needed_splits: Sequence[str] = ('train', 'test')) -> None:
   """Refuses clients whose splits cannot serve the run (e.g. no test data).
+
+  Args:
+    config: The run's settings.
+    federated: The clients' data.
+    needed_splits: The splits every client needs examples in (the
+      algorithm's: `Recipe.needed_splits`).
 
   Raises:
     ConfigError: Naming the settings that leave a split empty.
   """
-  needed = ['train', 'test']
-  if config.algorithm == 'ditto' and config.lambda_grid():
-    needed.append('validation')  # Each client picks its lambda on it.
-  for split in needed:
+  for split in needed_splits:
     empty = [cid for cid in federated.client_ids
              if federated.num_examples(cid, split) == 0]
     if empty:
@@ -267,31 +260,24 @@ def check_splits(config: config_lib.RunConfig,
           ' --examples_per_client or the fraction, or use fewer clients.')
 
 
-def check_client_files(config: config_lib.RunConfig,
-                       client_ids: Sequence[str]) -> None:
-  """Reads the per-client files named by flags; refuses bad ones now.
-
-  Raises:
-    ConfigError: Naming the file and what is wrong with it.
-  """
-  if config.algorithm == 'ditto' and config.ditto_lambdas_file:
-    load_lambdas(config.ditto_lambdas_file, client_ids)
-  if config.algorithm == 'aequa' and config.contributions_file:
-    load_client_values(config.contributions_file, client_ids, 'contribution')
-
-
-def build_experiment(config: config_lib.RunConfig,
-                     max_examples: Optional[int] = None) -> Experiment:
+def build_experiment(
+    config: config_lib.RunConfig, max_examples: Optional[int] = None, *,
+    slimmable: bool = False,
+    needed_splits: Sequence[str] = ('train', 'test'),
+) -> Experiment:
   """Loads and partitions the data and binds the model to it.
 
-  Every check that needs the data runs here, before a run writes or
-  trains anything: the partition and splits, the model against the data,
-  and the per-client files named by flags.
+  The checks that need the data run here, before a run writes or trains
+  anything: the partition and splits, and the model against the data (the
+  driver then has the algorithm's recipe check the files its settings name).
 
   Args:
     config: The run's settings.
     max_examples: Load only a stratified subset of this many examples
       (`data.load_source`); None loads everything.
+    slimmable: Train the slimmable version of the architecture (the
+      algorithm's: `Recipe.slimmable`).
+    needed_splits: The splits every client needs examples in.
 
   Raises:
     errors.UserError: (`ConfigError`, `DataError`) For any of these.
@@ -316,11 +302,10 @@ def build_experiment(config: config_lib.RunConfig,
         f' {source.num_classes} classes) cannot be split as asked'
         f' (--partition={config.partition},'
         f' --num_clients={config.num_clients}): {e}') from e
-  check_splits(config, federated)
+  check_splits(config, federated, needed_splits)
   plain_name = config.model.removeprefix('slimmable_')
   try:
-    model_spec = model_spec_for(source, config.model,
-                                slimmable=config.algorithm == 'aequa')
+    model_spec = model_spec_for(source, config.model, slimmable=slimmable)
     plain_model_spec = model_spec_for(source, plain_name)
   except errors.UserError:
     raise
@@ -328,5 +313,4 @@ def build_experiment(config: config_lib.RunConfig,
     raise config_lib.ConfigError(
         f'--model={config.model}: {e}') from e
   check_model_fits(config, source, plain_model_spec)
-  check_client_files(config, federated.client_ids)
   return Experiment(config, federated, model_spec, plain_model_spec)

@@ -39,19 +39,31 @@ from tff_fair.training import config as config_lib
 
 CHECKPOINTS = 'checkpoints'
 CHECKPOINT_PREFIX = 'program_state_'
-PERSONAL = 'personal'
-# Files and folders of a run besides config.json and checkpoints/ (see
-# tff_fair/training/driver.py); what start_over removes with them.
-RESULT_FILES = ('metrics.csv', 'clients_final.csv', 'summary.json',
-                'width_accuracy.csv', 'aequa_allocation.csv',
-                'aequa_fairness.json')
-RESULT_DIRS = (PERSONAL, 'tensorboard')
+# Files and folders of every run besides config.json and checkpoints/ (see
+# tff_fair/training/driver.py); what start_over removes with them, and with
+# the algorithms' own (`Layout`).
+RESULT_FILES = ('metrics.csv', 'clients_final.csv', 'summary.json')
+RESULT_DIRS = ('tensorboard',)
 
 _CHECKPOINT = re.compile(rf'^{CHECKPOINT_PREFIX}(\d+)$')
 # tff.program writes a checkpoint to <name>_temp<NNNN>, then renames it.
 _CHECKPOINT_TEMP = re.compile(rf'^{CHECKPOINT_PREFIX}\d+_temp\d+$')
 
 T = TypeVar('T')
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """The algorithms' own outputs a run directory may hold.
+
+  Attributes:
+    files: Files of their own (tables).
+    state_dirs: Folders of their per-client state stores
+      (`tff_fair.state.client_store`, versioned with the checkpoints).
+  """
+
+  files: tuple[str, ...] = ()
+  state_dirs: tuple[str, ...] = ()
 
 
 class RunDirError(config_lib.ConfigError):
@@ -66,18 +78,20 @@ class Plan:
     config: The run's settings.
     kind: 'new', 'unstarted', 'resume' or 'start_over'.
     checkpoints: Checkpoint rounds on disk (before any removal), ascending.
+    layout: The algorithms' own outputs (what start_over removes besides).
   """
 
   config: config_lib.RunConfig
   kind: str
   checkpoints: tuple[int, ...] = ()
+  layout: Layout = Layout()
 
   def apply(self) -> None:
     """Prepares the directory; the first write of the invocation."""
     out = self.config.output_dir
     if self.kind == 'start_over':
       logging.info('--start_over: removing the saved run in %s.', out)
-      remove_run(out)
+      remove_run(out, self.layout)
     elif self.kind == 'unstarted':
       logging.info('%s holds the config.json of a start that never reached'
                    ' its first checkpoint; replacing it.', out)
@@ -104,7 +118,7 @@ def checkpoint_versions(output_dir: str) -> list[int]:
   return sorted(int(m.group(1)) for m in map(_CHECKPOINT.match, names) if m)
 
 
-def check_output_path(output_dir: str) -> None:
+def check_output_path(output_dir: str, layout: Layout = Layout()) -> None:
   """Refuses a path that cannot hold a run directory; writes nothing.
 
   Raises:
@@ -135,7 +149,7 @@ def check_output_path(output_dir: str) -> None:
     raise RunDirError(
         f'--output_dir {output_dir}: no permission to write in {existing};'
         ' choose another --output_dir or fix its permissions.')
-  for name in (CHECKPOINTS, PERSONAL):
+  for name in (CHECKPOINTS, *layout.state_dirs):
     sub = os.path.join(path, name)
     if os.path.exists(sub) and not os.path.isdir(sub):
       raise RunDirError(
@@ -143,22 +157,25 @@ def check_output_path(output_dir: str) -> None:
           ' or choose another --output_dir.')
 
 
-def _results(output_dir: str) -> list[str]:
+def _results(output_dir: str, layout: Layout) -> list[str]:
   """The run's outputs other than config.json, checkpoints and TensorBoard."""
-  found = [name for name in RESULT_FILES
+  found = [name for name in (*RESULT_FILES, *layout.files)
            if os.path.exists(os.path.join(output_dir, name))]
-  if client_store.committed_versions(os.path.join(output_dir, PERSONAL)):
-    found.append(f'{PERSONAL}/')
+  for name in layout.state_dirs:
+    if client_store.committed_versions(os.path.join(output_dir, name)):
+      found.append(f'{name}/')
   return found
 
 
-def inspect(config: config_lib.RunConfig, start_over: bool = False) -> Plan:
+def inspect(config: config_lib.RunConfig, start_over: bool = False,
+            layout: Layout = Layout()) -> Plan:
   """Decides what this invocation does with `config.output_dir`; reads only.
 
   Args:
     config: The run's settings.
     start_over: Discard a saved run in the directory instead of resuming it
       or refusing it.
+    layout: The algorithms' own outputs the directory may hold.
 
   Returns:
     The `Plan`.
@@ -168,14 +185,14 @@ def inspect(config: config_lib.RunConfig, start_over: bool = False) -> Plan:
       as asked; the message says how to fix it.
   """
   out = config.output_dir
-  check_output_path(out)
+  check_output_path(out, layout)
   versions = tuple(checkpoint_versions(out))
   has_config = os.path.exists(os.path.join(out, config_lib.CONFIG_FILE))
-  results = _results(out)
+  results = _results(out, layout)
   if start_over:
     if has_config or versions or results:
-      return Plan(config, 'start_over', versions)
-    return Plan(config, 'new')
+      return Plan(config, 'start_over', versions, layout)
+    return Plan(config, 'new', layout=layout)
   if not has_config:
     if versions or results:
       raise RunDirError(
@@ -183,7 +200,7 @@ def inspect(config: config_lib.RunConfig, start_over: bool = False) -> Plan:
           f' {config_lib.CONFIG_FILE}, so its settings are unknown. Pass'
           ' --start_over to discard that run, or choose another'
           ' --output_dir.')
-    return Plan(config, 'new')
+    return Plan(config, 'new', layout=layout)
   if not versions:
     if results:
       raise RunDirError(
@@ -193,14 +210,14 @@ def inspect(config: config_lib.RunConfig, start_over: bool = False) -> Plan:
           ' from round 0 (its outputs are discarded), or choose another'
           ' --output_dir.')
     config_lib.load_saved(out)  # Refuses a damaged file even so.
-    return Plan(config, 'unstarted')
+    return Plan(config, 'unstarted', layout=layout)
   config_lib.check_resumable(config)
   if versions[-1] > config.rounds:
     raise RunDirError(
         f'{out} holds a checkpoint of round {versions[-1]}, past'
         f' rounds={config.rounds}; ask for at least --rounds={versions[-1]},'
         ' or use a new --output_dir.')
-  return Plan(config, 'resume', versions)
+  return Plan(config, 'resume', versions, layout)
 
 
 def _describe(versions: Sequence[int], results: Sequence[str]) -> str:
@@ -210,13 +227,13 @@ def _describe(versions: Sequence[int], results: Sequence[str]) -> str:
   return ', '.join(parts)
 
 
-def remove_run(output_dir: str) -> None:
+def remove_run(output_dir: str, layout: Layout = Layout()) -> None:
   """Removes tff_fair's files of a run (other files are kept)."""
-  for name in (config_lib.CONFIG_FILE, *RESULT_FILES):
+  for name in (config_lib.CONFIG_FILE, *RESULT_FILES, *layout.files):
     path = os.path.join(output_dir, name)
     if os.path.exists(path):
       os.remove(path)
-  for name in (CHECKPOINTS, *RESULT_DIRS):
+  for name in (CHECKPOINTS, *RESULT_DIRS, *layout.state_dirs):
     shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
 
 
@@ -256,7 +273,7 @@ def load_checkpoint(
       damaged; the damaged ones are renamed `<name>_damaged` (kept for
       inspection, ignored by tff.program).
     usable: `round -> None`, or why the run cannot resume from that round
-      (e.g. its personal models were not kept). Asked of the rounds a
+      (e.g. its per-client state was not kept). Asked of the rounds a
       fallback reaches; an unusable one ends the search, as the rounds
       before it cannot be resumed either (training again would reach its
       checkpoint, which tff.program does not overwrite).

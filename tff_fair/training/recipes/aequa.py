@@ -1,0 +1,187 @@
+"""Aequa: a slimmable global model, each client rewarded a width.
+
+Training is FedAvg on the slimmable architecture, each local step at the
+full width and `widths_per_step` widths drawn from [p_min, p_max]
+(`tff_fair.algorithms.aequa`). After the last round
+(`tff_fair.training.rewards`) the server measures contributions and the
+width-accuracy curve on common held-out data, allocates each client a
+width, and reports the rewarded models ('aequa'; 'standalone' too when
+contributions are measured by standalone training).
+
+Outputs of its own: width_accuracy.csv, aequa_allocation.csv,
+aequa_fairness.json and TensorBoard's `aequa/` run. The reward settings act
+after training, so a finished run may be re-rewarded with other ones.
+"""
+
+import dataclasses
+import math
+import os
+
+from absl import logging
+import numpy as np
+
+from tff_fair.algorithms import aequa as aequa_lib
+from tff_fair.fairness import contribution
+from tff_fair.training import config as config_lib
+from tff_fair.training import experiment as experiment_lib
+from tff_fair.training import rewards as rewards_lib
+from tff_fair.training.recipes import recipe
+
+ALLOCATION_SOLVERS = ('exact', 'annealing')
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Attributes:
+
+    p_min / p_max: The width range (0 < p_min <= p_max <= 1).
+    widths_per_step: Widths sampled per local step besides the full.
+    width_step: Spacing of the width-accuracy curve's widths. The default
+      0.01 is the benchmark's grid: a coarser grid leaves jumps in a steep
+      curve that no allocation can bridge, so gains spread more (README,
+      "Aequa", measures both). Allocation stays cheap; the curve costs two
+      evaluations per width (held-out and reward test sets).
+    allocation_solver: 'exact' (common-target sweep) or 'annealing'.
+    annealing_iterations: Iterations of the annealer (0: its default).
+    contributions_file: JSON {client_id: contribution} for every client.
+      '' (default): each client trains a model alone
+      (`RunContext.standalone_epochs` epochs from the initial weights) and
+      its contribution is that model's accuracy on the common held-out set
+      the width-accuracy curve is measured on (the server's validation set
+      with server_held_out_examples, else all clients' validation splits
+      pooled, or their test splits pooled when there is no validation
+      data); not on the client's own test split.
+  """
+
+  p_min: float = config_lib.setting(0.1, 'aequa: smallest width.')
+  p_max: float = config_lib.setting(1.0, 'aequa: largest sampled width.')
+  widths_per_step: int = config_lib.setting(
+      1, 'aequa: widths sampled per step besides the full one.')
+  width_step: float = config_lib.setting(
+      0.01, "aequa: spacing of the width-accuracy curve's widths, from"
+      ' --p_min to --p_max; each client is rewarded one of them. The default'
+      " 0.01 is the benchmark's: a coarser grid leaves jumps in a steep"
+      ' curve that spread the gains (README, "Aequa": gain spread 0.070 with'
+      ' 0.05, 0.043 with 0.01 on one MNIST run). Allocation stays cheap; the'
+      ' curve costs two held-out evaluations per width (91 widths: minutes'
+      ' on 2 cores). May change when resuming: a finished run re-allocates'
+      ' without retraining the global model.', resumable=True)
+  allocation_solver: str = config_lib.setting(
+      'exact', 'aequa: width allocation.', choices=ALLOCATION_SOLVERS,
+      resumable=True)
+  annealing_iterations: int = config_lib.setting(
+      0, 'aequa: annealer iterations (0: its default).', resumable=True)
+  contributions_file: str = config_lib.setting(
+      '', 'aequa: JSON {client_id: contribution} for every client. Default:'
+      " each client trains a model alone and its contribution is that"
+      " model's accuracy on the common held-out set the width-accuracy curve"
+      " is measured on (the server's validation set with"
+      " --server_held_out_examples, else all clients' validation splits"
+      ' pooled).', resumable=True)
+
+  def __post_init__(self):
+    config_lib.check_choice('allocation_solver', self.allocation_solver,
+                            ALLOCATION_SOLVERS)
+    try:
+      contribution.check_width_range(self.p_min, self.p_max)
+    except ValueError as e:
+      raise config_lib.ConfigError(str(e)) from e
+    if not 0 < self.width_step <= 1:
+      raise config_lib.ConfigError(
+          f'width_step must be in (0, 1], got {self.width_step}.')
+    for name in ('widths_per_step', 'annealing_iterations'):
+      if getattr(self, name) < 0:
+        raise config_lib.ConfigError(
+            f'{name} must be >= 0, got {getattr(self, name)}.')
+
+  def width_grid(self) -> tuple[float, ...]:
+    """Widths of the width-accuracy curve: p_min, p_min + step, ..., p_max."""
+    count = int(math.floor((self.p_max - self.p_min) / self.width_step + 1e-9))
+    grid = [round(self.p_min + i * self.width_step, 10)
+            for i in range(count + 1)]
+    if grid[-1] < self.p_max - 1e-9:
+      grid.append(self.p_max)
+    return tuple(grid)
+
+
+class Aequa(recipe.Recipe):
+  """Slimmable FedAvg, then contributions, width allocation and rewards."""
+
+  name = 'aequa'
+  Settings = Settings
+  slimmable = True
+  output_files = ('width_accuracy.csv', 'aequa_allocation.csv',
+                  'aequa_fairness.json')
+
+  @classmethod
+  def check_client_files(cls, config, client_ids):
+    if config.settings.contributions_file:
+      experiment_lib.load_client_values(config.settings.contributions_file,
+                                        client_ids, 'contribution')
+
+  def build_process(self):
+    settings = self.settings
+    return aequa_lib.build_aequa(
+        self.model_fn, self.client_optimizer(), self.server_optimizer(),
+        model_aggregator=self.model_aggregator(), p_min=settings.p_min,
+        p_max=settings.p_max, widths_per_step=settings.widths_per_step,
+        client_context=True)
+
+  def _pooled(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every client's `split` examples, concatenated."""
+    data = self.context.experiment.data
+    arrays = [data.arrays(cid, split) for cid in data.client_ids]
+    return (np.concatenate([x for x, _ in arrays]),
+            np.concatenate([y for _, y in arrays]))
+
+  def final_evaluations(self, global_weights):
+    """'global', the contributions' 'standalone' models and 'aequa'.
+
+    Contributions and the width-accuracy curve are measured on the same
+    common held-out set, so gains a_i - c_i compare like with like: a skewed
+    client's standalone model is judged on the federation's distribution, as
+    the global model is. With server held-out sets
+    (`server_held_out_examples`) that is the server's validation set and the
+    rewarded models are measured on the server's test set. Without them it
+    is all clients' validation splits pooled (their test splits when there
+    is none), and the rewarded models are measured on the pooled test
+    splits. Each rewarded model is also measured on its client's own test
+    split.
+    """
+    config = self.config
+    settings = self.settings
+    context = self.context
+    data = context.experiment.data
+    evaluations = super().final_evaluations(global_weights)
+    if data.has_server_held_out:
+      held_out = data.server_arrays('validation')
+      reward_test = data.server_arrays('test')
+    else:
+      has_validation = any(data.num_examples(c, 'validation')
+                           for c in data.client_ids)
+      held_out = self._pooled('validation' if has_validation else 'test')
+      reward_test = self._pooled('test')
+    if settings.contributions_file:
+      contributions = experiment_lib.load_client_values(
+          settings.contributions_file, data.client_ids, 'contribution')
+    else:
+      logging.info('Measuring contributions as standalone accuracy on the'
+                   ' common held-out data (%d examples).', len(held_out[1]))
+      models = context.train_locally(
+          context.experiment.plain_model_spec.initial_weights(config.seed),
+          context.standalone_epochs(), tag=0)
+      evaluations['standalone'] = context.evaluate(models, plain=True)
+      on_held_out = context.plain_evaluator.evaluate_clients(
+          models, data.client_ids, lambda _: held_out)
+      contributions = {cid: m.accuracy for cid, m in on_held_out.items()}
+    rewards = rewards_lib.assign_rewards(
+        context.experiment.model_spec.build_keras, global_weights,
+        settings.width_grid(), held_out, contributions,
+        lambda cid: data.arrays(cid, 'test'), reward_test,
+        solver=settings.allocation_solver,
+        annealing_iterations=settings.annealing_iterations, seed=config.seed)
+    rewards_lib.write_tables(rewards, config.output_dir)
+    rewards_lib.write_tensorboard(
+        rewards, os.path.join(config.output_dir, 'tensorboard', 'aequa'))
+    evaluations['aequa'] = dict(rewards.metrics)
+    return evaluations

@@ -1,0 +1,185 @@
+"""What an algorithm brings to a run: the `Recipe` base class.
+
+The driver (`tff_fair.training.driver`) knows no algorithm: it samples
+clients, runs rounds, checkpoints, releases and resumes. Everything that is
+one algorithm's is its recipe, one module under this package:
+
+* its own settings: a frozen dataclass of `config.setting` fields (their
+  flags are generated from it), checked by its `__post_init__`, and
+  `check_config` for checks against the shared settings;
+* building its `tff.learning.templates.LearningProcess`;
+* per-client state before and after a round (`before_round`,
+  `after_round`), kept in `RunContext.client_model_store` stores the driver
+  versions with the checkpoints;
+* what it evaluates per round (`evaluation_models`) and after the last round
+  (`final_evaluations`, with any tables of its own).
+
+A run makes one recipe instance, after the data is loaded. The registry
+(`registry.RECIPES`) maps `--algorithm` names to recipe classes. The base
+class is FedAvg's behaviour everywhere except the process, so a recipe
+overrides only what it changes.
+
+Adding an algorithm: its process (in `tff_fair/algorithms/`, or TFF's own),
+its recipe module here, its test under `tests/training/recipes/`, and one
+line in `registry.py` (see `fedprox.py`, the smallest recipe).
+"""
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_fair.evaluation import per_client
+from tff_fair.training import config as config_lib
+from tff_fair.training import experiment as experiment_lib
+from tff_fair.training import run_context
+
+ClientMetrics = per_client.ClientMetrics
+# Per-round evaluation: name prefix -> (weights, the clients to measure).
+EvaluationModels = dict[str, tuple[per_client.WeightsSource, list[str]]]
+
+
+class Recipe:
+  """One algorithm in a run. Subclass it; override what the algorithm changes.
+
+  Class attributes (read before the data is loaded):
+    name: The `--algorithm` name.
+    Settings: The frozen dataclass of the algorithm's own settings
+      (`config.NoSettings` when it has none).
+    slimmable: Whether it trains the slimmable version of the architecture
+      (whose input carries a width).
+    client_context: Whether its process takes TFF's client context input
+      (`fed_avg.client_input`: attack specs and per-client seeds). A process
+      without it (e.g. TFF's own) takes plain client datasets and cannot run
+      the update attacks (A2, A3).
+    trains_federated: False for an algorithm with no federated rounds
+      (standalone training): the driver runs none.
+    output_files: Files of its own in the output directory (removed by
+      `--start_over` with the run's other outputs).
+    client_state_dirs: Folders of its `RunContext.client_model_store` stores.
+
+  Attributes:
+    context: The run's shared parts.
+    config: The run's settings.
+    settings: The algorithm's own settings (`config.settings`).
+  """
+
+  name: ClassVar[str] = ''
+  Settings: ClassVar[type[Any]] = config_lib.NoSettings
+  slimmable: ClassVar[bool] = False
+  client_context: ClassVar[bool] = True
+  trains_federated: ClassVar[bool] = True
+  output_files: ClassVar[tuple[str, ...]] = ()
+  client_state_dirs: ClassVar[tuple[str, ...]] = ()
+
+  # --- Before the data is loaded (class methods). ---
+
+  @classmethod
+  def check_config(cls, config: config_lib.RunConfig) -> config_lib.RunConfig:
+    """Checks the own settings against the shared ones; may resolve them.
+
+    Args:
+      config: Shared settings, each valid, with `settings` of this recipe.
+
+    Returns:
+      `config`, or a copy whose settings are resolved (e.g. a rate of 0
+      meaning the client learning rate): what config.json records.
+
+    Raises:
+      config.ConfigError: Naming the settings that disagree.
+    """
+    return config
+
+  @classmethod
+  def needed_splits(cls, config: config_lib.RunConfig) -> tuple[str, ...]:
+    """The splits every client must have examples in."""
+    del config  # Unused by the base.
+    return ('train', 'test')
+
+  @classmethod
+  def check_client_files(cls, config: config_lib.RunConfig,
+                         client_ids: Sequence[str]) -> None:
+    """Reads the per-client files its settings name; refuses bad ones.
+
+    Raises:
+      config.ConfigError: Naming the file and what is wrong with it.
+    """
+    del config, client_ids  # The base reads no file.
+
+  # --- A run. ---
+
+  def __init__(self, context: run_context.RunContext):
+    self.context = context
+    self.config = context.config
+    self.settings = context.config.settings
+
+  def build_process(self) -> tff.learning.templates.LearningProcess:
+    """The process that trains the global model (state, `next`, weights)."""
+    raise NotImplementedError(f'{type(self).__name__}.build_process')
+
+  def client_optimizer(self) -> tff.learning.optimizers.Optimizer:
+    """The shared settings' client optimizer."""
+    return experiment_lib.build_optimizer(self.config.client_optimizer,
+                                          self.config.client_learning_rate)
+
+  def server_optimizer(self) -> tff.learning.optimizers.Optimizer:
+    """The shared settings' server optimizer."""
+    return experiment_lib.build_optimizer(self.config.server_optimizer,
+                                          self.config.server_learning_rate)
+
+  def model_aggregator(self) -> tff.aggregators.AggregationFactory:
+    """The shared settings' aggregator of the global model's updates."""
+    return experiment_lib.build_aggregator(self.config)
+
+  @property
+  def model_fn(self):
+    """The trained architecture's `tff.learning` model builder."""
+    return self.context.experiment.model_spec.model_fn
+
+  def before_round(self, state: Any, client_ids: Sequence[str],
+                   round_num: int, datasets: Sequence[tf.data.Dataset]
+                   ) -> None:
+    """Runs before `next` of `round_num` (e.g. Ditto's personal step).
+
+    Args:
+      state: The server state the round starts from.
+      client_ids: The round's sampled clients.
+      round_num: The round about to train.
+      datasets: The clients' data of the global update, in order.
+    """
+
+  def after_round(self, round_num: int) -> dict[str, float]:
+    """Runs after `next`, before the stores are committed.
+
+    Returns:
+      Values to release with the round's metrics.
+    """
+    del round_num
+    return {}
+
+  def evaluation_models(
+      self, global_weights: tff.learning.models.ModelWeights,
+      client_ids: list[str],
+  ) -> tuple[EvaluationModels, dict[str, float]]:
+    """The models a per-round evaluation measures on the clients' test data.
+
+    Args:
+      global_weights: The global model after the round.
+      client_ids: The clients to measure (the benign ones).
+
+    Returns:
+      (prefix -> (weights, clients), values to release besides), released
+      as `<prefix>test_accuracy_*` statistics over those clients.
+    """
+    return {'': (global_weights, client_ids)}, {}
+
+  def final_evaluations(
+      self, global_weights: tff.learning.models.ModelWeights
+  ) -> dict[str, Mapping[str, ClientMetrics]]:
+    """Model kind -> per-client test metrics, after the last round.
+
+    Written to clients_final.csv and summary.json; a recipe writes any
+    tables of its own here too.
+    """
+    return {'global': self.context.evaluate(global_weights)}

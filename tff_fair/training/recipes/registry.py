@@ -1,0 +1,126 @@
+"""The algorithms a run can train: `--algorithm` name -> recipe.
+
+Adding an algorithm adds one line to `RECIPES` (see `recipe.py`). The
+registry also builds a run's complete configuration from flat settings
+(`make_config`): shared ones, and the chosen algorithm's own.
+"""
+
+from collections.abc import Iterator
+import dataclasses
+from typing import Any
+
+from tff_fair import attacks
+from tff_fair.training import config as config_lib
+from tff_fair.training.recipes import aequa
+from tff_fair.training.recipes import ditto
+from tff_fair.training.recipes import fedavg
+from tff_fair.training.recipes import fedavg_ft
+from tff_fair.training.recipes import recipe
+from tff_fair.training.recipes import standalone
+
+RECIPES: dict[str, type[recipe.Recipe]] = {r.name: r for r in (
+    fedavg.FedAvg,
+    fedavg_ft.FedAvgFineTuning,
+    standalone.Standalone,
+    ditto.Ditto,
+    aequa.Aequa,
+)}
+DEFAULT_ALGORITHM = 'fedavg'
+# Update attacks act inside a client computation with client context.
+_UPDATE_ATTACKS = (attacks.RANDOM_UPDATES, attacks.MODEL_REPLACEMENT)
+
+
+def names() -> tuple[str, ...]:
+  """The `--algorithm` names, in registry order."""
+  return tuple(RECIPES)
+
+
+def get(name: str) -> type[recipe.Recipe]:
+  """The recipe of `name`.
+
+  Raises:
+    config.ConfigError: For an unknown name, listing the known ones.
+  """
+  config_lib.check_choice('algorithm', name, names())
+  return RECIPES[name]
+
+
+def setting_fields() -> Iterator[tuple[dataclasses.Field, tuple[str, ...]]]:
+  """Every algorithm's own setting once: (field, algorithms that read it).
+
+  A name several recipes share must have one default and type.
+  """
+  owners: dict[str, list[str]] = {}
+  fields: dict[str, dataclasses.Field] = {}
+  for name, recipe_type in RECIPES.items():
+    for field in dataclasses.fields(recipe_type.Settings):
+      known = fields.setdefault(field.name, field)
+      if (known.default, known.type) != (field.default, field.type):
+        raise TypeError(
+            f'Setting {field.name!r} has another default or type in'
+            f' {name!r} than in {owners[field.name][0]!r}.')
+      owners.setdefault(field.name, []).append(name)
+  for name, field in fields.items():
+    yield field, tuple(owners[name])
+
+
+def make_config(**values: Any) -> config_lib.RunConfig:
+  """A run's complete, checked configuration from flat settings.
+
+  Args:
+    **values: `RunConfig`'s shared settings, and any algorithm's own by
+      name (as the flags and config.json hold them). `algorithm` defaults
+      to `DEFAULT_ALGORITHM`.
+
+  Returns:
+    The `RunConfig`, its `settings` those of the chosen algorithm, resolved
+    (`Recipe.check_config`).
+
+  Raises:
+    config.ConfigError: For a bad value, for settings that disagree, and
+      for another algorithm's setting given a value other than its default
+      (it would be ignored). Each message names the setting.
+  """
+  name = values.pop('algorithm', '') or DEFAULT_ALGORITHM
+  recipe_type = get(name)
+  own_names = {f.name for f in dataclasses.fields(recipe_type.Settings)}
+  others = {field.name: (field.default, owners)
+            for field, owners in setting_fields()
+            if field.name not in own_names}
+  own = {k: values.pop(k) for k in list(values) if k in own_names}
+  foreign = {k: values.pop(k) for k in list(values) if k in others}
+  config = config_lib.RunConfig(
+      algorithm=name, settings=recipe_type.Settings(**own), **values)
+  if config.model in config_lib.SLIMMABLE_MODELS and not recipe_type.slimmable:
+    slimmable = [n for n, r in RECIPES.items() if r.slimmable]
+    raise config_lib.ConfigError(
+        f'--model={config.model} is a slimmable architecture for'
+        f' --algorithm={" or ".join(slimmable)}; with --algorithm={name}'
+        f' choose one of {", ".join(config_lib.PLAIN_MODELS)}.')
+  if config.attack in _UPDATE_ATTACKS and not recipe_type.client_context:
+    raise config_lib.ConfigError(
+        f'--attack={config.attack} changes client updates inside the'
+        f' client computation, which --algorithm={name} does not expose;'
+        f' use --attack={attacks.LABEL_POISONING} (a data attack) or another'
+        ' algorithm.')
+  config = recipe_type.check_config(config)
+  for key, value in foreign.items():
+    default, owners = others[key]
+    if value != default:
+      raise config_lib.ConfigError(
+          f'--{key}={value} is a setting of --algorithm={" or ".join(owners)},'
+          f' which --algorithm={name} ignores; drop --{key} or use'
+          f' --algorithm={owners[0]}.')
+  return config
+
+
+def output_files() -> tuple[str, ...]:
+  """Every recipe's own files in an output directory (for --start_over)."""
+  return tuple(dict.fromkeys(
+      f for r in RECIPES.values() for f in r.output_files))
+
+
+def client_state_dirs() -> tuple[str, ...]:
+  """Every recipe's per-client state folders in an output directory."""
+  return tuple(dict.fromkeys(
+      d for r in RECIPES.values() for d in r.client_state_dirs))

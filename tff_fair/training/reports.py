@@ -1,0 +1,106 @@
+"""What a run reports: per-round values, per-client tables, summaries.
+
+`clients_final.csv` (one row per model kind and client) and `summary.json`
+(statistics over clients per model kind, and over benign and malicious
+clients apart when an attack is on) after the last round; per round, the
+flattened training metrics and statistics of a per-client evaluation.
+"""
+
+from collections.abc import Mapping, Sequence
+import csv
+import dataclasses
+import json
+import os
+from typing import Any
+
+from absl import logging
+import numpy as np
+
+from tff_fair.evaluation import per_client
+from tff_fair.training import files
+
+ClientMetrics = per_client.ClientMetrics
+TRAIN_PREFIX = 'client_work/train/'
+
+
+def flatten(metrics: Mapping[str, Any], prefix: str = '') -> dict[str, float]:
+  """Nested metrics as {'a/b/c': value}, scalars only."""
+  flat = {}
+  for key, value in metrics.items():
+    name = f'{prefix}{key}'
+    if isinstance(value, Mapping):
+      flat.update(flatten(value, name + '/'))
+    elif np.ndim(value) == 0:
+      flat[name] = float(value)
+  return flat
+
+
+def training_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+  """A round's training metrics of `next`, as `train_<name>`."""
+  return {k.replace(TRAIN_PREFIX, 'train_'): v
+          for k, v in flatten(metrics).items() if k.startswith(TRAIN_PREFIX)}
+
+
+def format_duration(seconds: float) -> str:
+  """H:MM:SS."""
+  seconds = int(round(seconds))
+  return f'{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}'
+
+
+def test_statistics(
+    prefix: str, metrics: Mapping[str, ClientMetrics]
+) -> tuple[dict[str, float], np.ndarray]:
+  """Released statistics of per-client test metrics, and the accuracies.
+
+  Returns:
+    (`<prefix>test_accuracy_*` statistics and `<prefix>test_loss_mean`,
+    every client's accuracy as an array, for a TensorBoard histogram).
+  """
+  stats = per_client.summarize_clients(metrics)
+  released = stats['accuracy'].as_dict(f'{prefix}test_accuracy_')
+  released[f'{prefix}test_loss_mean'] = stats['loss'].mean
+  return released, np.array([m.accuracy for m in metrics.values()],
+                            np.float32)
+
+
+def write_final(
+    output_dir: str,
+    evaluations: Mapping[str, Mapping[str, ClientMetrics]],
+    malicious: Sequence[str] = (),
+) -> None:
+  """clients_final.csv and summary.json; logs a table per model kind."""
+  malicious = frozenset(malicious)
+  fields = ['model', 'client', 'malicious', 'num_examples', 'loss',
+            'accuracy', 'balanced_accuracy']
+
+  def write_csv(f):
+    writer = csv.DictWriter(f, fieldnames=fields)
+    writer.writeheader()
+    for kind, metrics in evaluations.items():
+      for cid, m in metrics.items():
+        writer.writerow({'model': kind, 'client': cid,
+                         'malicious': int(cid in malicious),
+                         **dataclasses.asdict(m)})
+
+  files.write_atomically(os.path.join(output_dir, 'clients_final.csv'),
+                         write_csv)
+  summary = {}
+  for kind, metrics in evaluations.items():
+    groups = {kind: metrics}
+    if malicious:
+      groups[f'{kind}:benign'] = {
+          c: m for c, m in metrics.items() if c not in malicious}
+      groups[f'{kind}:malicious'] = {
+          c: m for c, m in metrics.items() if c in malicious}
+    for name, group in groups.items():
+      summary[name] = {
+          metric: dataclasses.asdict(stats) for metric, stats in
+          per_client.summarize_clients(group).items()}
+  files.write_atomically(os.path.join(output_dir, 'summary.json'),
+                         lambda f: json.dump(summary, f, indent=2))
+  for kind, metrics in evaluations.items():
+    shown = {c: m for c, m in metrics.items() if c not in malicious}
+    logging.info(
+        'Per-client test metrics of the %s model(s)%s:\n%s', kind,
+        ' (benign clients)' if malicious else '',
+        per_client.format_table(shown))

@@ -1,0 +1,188 @@
+"""What the driver gives a recipe: the run's data, evaluation and state.
+
+A recipe (`tff_fair.training.recipes`) trains one algorithm; everything it
+shares with the others (the clients' data as they train on it, per-client
+evaluation, training one model per client, per-client state kept on disk in
+step with the checkpoints) comes from its `RunContext`, so a recipe holds
+only what is its own.
+"""
+
+from collections.abc import Sequence
+import os
+from typing import Optional
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_fair import attacks
+from tff_fair.algorithms import local_training
+from tff_fair.evaluation import per_client
+from tff_fair.runtime import remote
+from tff_fair.training import client_models
+from tff_fair.training import experiment as experiment_lib
+from tff_fair.training import sampling
+
+ClientMetrics = per_client.ClientMetrics
+
+
+class RunContext:
+  """The shared parts of one run, for its recipe.
+
+  Attributes:
+    experiment: Data, model and configuration.
+    config: The run's settings (`experiment.config`).
+    malicious: The clients that attack (empty without an attack).
+    poisoned: The clients whose training labels are random (attack A1).
+    client_index: Client id -> position in `experiment.data.client_ids`.
+    evaluator: Evaluates the trained architecture.
+    plain_evaluator: Evaluates the architecture without a width input
+      (models trained by `train_locally`).
+  """
+
+  def __init__(self, experiment: experiment_lib.Experiment):
+    self.experiment = experiment
+    self.config = config = experiment.config
+    client_ids = experiment.data.client_ids
+    attack = attacks.AttackConfig(
+        kind=config.attack, malicious_fraction=config.malicious_fraction,
+        scale=config.attack_scale, seed=config.seed)
+    self.malicious = attacks.choose_malicious(client_ids, attack)
+    self.poisoned = (self.malicious if config.attack ==
+                     attacks.LABEL_POISONING else frozenset())
+    self.client_index = {cid: i for i, cid in enumerate(client_ids)}
+    self.evaluator = per_client.ClientEvaluator(
+        experiment.model_spec.build_keras)
+    self.plain_evaluator = per_client.ClientEvaluator(
+        experiment.plain_model_spec.build_keras)
+    self._stores: dict[str, client_models.ClientModelStore] = {}
+    self._logs: list[client_models.RoundLog] = []
+
+  @property
+  def client_ids(self) -> Sequence[str]:
+    return self.experiment.data.client_ids
+
+  def client_datasets(self, client_ids: Sequence[str], round_num: int,
+                      epochs: int, *, stream: int = 0
+                      ) -> list[tf.data.Dataset]:
+    """The clients' shuffled, batched training data of one round.
+
+    Args:
+      client_ids: Clients to serve, in order.
+      round_num: Seeds the shuffle with the run's seed.
+      epochs: Passes over each client's training split.
+      stream: Separates independent shuffles of the same round (0 is the
+        global model's; a recipe's other passes take others).
+    """
+    return sampling.client_datasets(
+        self.experiment, client_ids, round_num, epochs, stream=stream,
+        poisoned=self.poisoned, client_index=self.client_index)
+
+  def training_arrays(self, client_id: str) -> tuple[np.ndarray, np.ndarray]:
+    """A client's training split as it trains on it (A1's labels too)."""
+    return sampling.training_arrays(self.experiment, client_id,
+                                    self.poisoned, self.client_index)
+
+  def evaluate(
+      self, weights: per_client.WeightsSource, split: str = 'test',
+      plain: bool = False, client_ids: Optional[Sequence[str]] = None,
+  ) -> dict[str, ClientMetrics]:
+    """Per-client metrics of global or per-client `weights` on `split`.
+
+    `plain=True` evaluates weights of the architecture without a width
+    input (`train_locally`'s models). `client_ids` defaults to every client.
+    """
+    data = self.experiment.data
+    evaluator = self.plain_evaluator if plain else self.evaluator
+    return evaluator.evaluate_clients(
+        weights, data.client_ids if client_ids is None else client_ids,
+        lambda cid: data.arrays(cid, split))
+
+  def train_locally(self, initial_weights: tff.learning.models.ModelWeights,
+                    epochs: int, tag: int
+                    ) -> dict[str, tff.learning.models.ModelWeights]:
+    """One model per client, trained alone from `initial_weights`.
+
+    Uses the plain architecture (for a slimmable model: the full width
+    without a width input; its weights have the same layout) and the
+    client optimizer.
+
+    Args:
+      initial_weights: Where every client starts.
+      epochs: Passes over each client's training split.
+      tag: Seeds the shuffles, as a round number would (distinct tags give
+        independent shuffles).
+
+    Returns:
+      Client id -> its trained weights, for every client.
+    """
+    config = self.config
+    logging.info('Training every client alone for %d epoch(s).', epochs)
+    computation = local_training.build_local_training(
+        self.experiment.plain_model_spec.model_fn,
+        experiment_lib.build_optimizer(
+            config.client_optimizer, config.client_learning_rate),
+        epochs,
+    )
+    trained = {}
+    # Groups of clients_per_round bound the memory of one call.
+    step = config.clients_per_round
+    for start in range(0, len(self.client_ids), step):
+      group = self.client_ids[start:start + step]
+      datasets = self.client_datasets(group, tag, epochs=1)
+      trained.update(zip(group, remote.map_clients(
+          computation, initial_weights, datasets)))
+    return trained
+
+  def standalone_epochs(self) -> int:
+    """The local epochs a client gets in federated training, in expectation.
+
+    A client takes part in clients_per_round / num_clients of the rounds and
+    trains local_epochs each time; standalone training gets the same budget.
+    """
+    c = self.config
+    return max(1, round(c.rounds * c.local_epochs * c.clients_per_round /
+                        c.num_clients))
+
+  def benign(self, client_ids: Sequence[str]) -> list[str]:
+    """`client_ids` without the malicious clients."""
+    return [cid for cid in client_ids if cid not in self.malicious]
+
+  def client_model_store(self, name: str, template: tff.learning.models.ModelWeights
+                    ) -> client_models.ClientModelStore:
+    """The run's store of per-client models `<output_dir>/<name>/`.
+
+    The driver opens it at the round it resumes from, commits each round's
+    writes before the round's checkpoint and prunes it after; a fallback to
+    an older checkpoint needs that round's version. Declare `name` in the
+    recipe's `client_state_dirs` so `--start_over` removes it.
+    """
+    if name in self._stores:
+      raise ValueError(f'Client model store {name!r} is already open.')
+    store = client_models.ClientModelStore(
+        os.path.join(self.config.output_dir, name), template)
+    self._stores[name] = store
+    return store
+
+  def round_log(self, file_name: str, fields: Sequence[str]
+                ) -> client_models.RoundLog:
+    """A per-round CSV `<output_dir>/<file_name>` the driver keeps in step.
+
+    On resume from round r the rows of later rounds are dropped (they run
+    again). Declare `file_name` in the recipe's `output_files`.
+    """
+    log = client_models.RoundLog(
+        os.path.join(self.config.output_dir, file_name), fields)
+    self._logs.append(log)
+    return log
+
+  @property
+  def stores(self) -> dict[str, client_models.ClientModelStore]:
+    """The stores the recipe opened, by name (for the driver)."""
+    return dict(self._stores)
+
+  @property
+  def round_logs(self) -> list[client_models.RoundLog]:
+    """The round logs the recipe opened (for the driver)."""
+    return list(self._logs)
