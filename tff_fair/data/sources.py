@@ -57,7 +57,6 @@ import dataclasses
 import gzip
 import os
 import tarfile
-import tempfile
 import types
 from typing import Any
 import zlib
@@ -66,6 +65,7 @@ from absl import logging
 import numpy as np
 
 from tff_fair import errors
+from tff_fair import files
 
 DATA_DIR_ENV = 'TFF_FAIR_DATA_DIR'
 FASHION_MNIST_DIR_ENV = 'TFF_FAIR_FASHION_MNIST_DIR'
@@ -668,21 +668,6 @@ def _read_cifar_cache(path: str) -> dict[str, np.ndarray] | None:
   return arrays
 
 
-def _write_atomically(path: str, arrays: Mapping[str, np.ndarray]) -> None:
-  """Writes an .npz so readers never see a partial file (tmp + os.replace)."""
-  directory = os.path.dirname(path)
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp_path = tempfile.mkstemp(dir=directory, suffix='.npz.tmp')
-  try:
-    with os.fdopen(fd, 'wb') as f:
-      np.savez(f, **arrays)
-    os.replace(tmp_path, path)
-  except BaseException:
-    if os.path.exists(tmp_path):
-      os.remove(tmp_path)
-    raise
-
-
 def load_cifar10(
     data_dir: str | None = None,
     *,
@@ -714,7 +699,8 @@ def load_cifar10(
     arrays = _decode_cifar_tar(tar_path, max_examples)
     if max_examples is None:
       try:
-        _write_atomically(cache_path, arrays)
+        files.write_atomically(
+            cache_path, lambda f: np.savez(f, **arrays), binary=True)
       except OSError as e:
         logging.warning('Could not write CIFAR-10 cache %s: %s', cache_path, e)
   return Source(

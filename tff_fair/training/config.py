@@ -14,8 +14,8 @@ import os
 from typing import Any, Optional
 
 from tff_fair import errors
+from tff_fair import files
 from tff_fair.fairness import contribution
-from tff_fair.training import files
 
 ALGORITHMS = ('fedavg', 'fedavg_ft', 'standalone', 'ditto', 'aequa')
 ALLOCATION_SOLVERS = ('exact', 'annealing')

@@ -39,6 +39,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fair import attacks
+from tff_fair import files
 from tff_fair.algorithms import aequa
 from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
@@ -49,7 +50,6 @@ from tff_fair.runtime import remote
 from tff_fair.state import client_store
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
-from tff_fair.training import files
 from tff_fair.training import personal as personal_lib
 from tff_fair.training import rewards as rewards_lib
 from tff_fair.training import run_dir

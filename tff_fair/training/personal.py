@@ -15,8 +15,8 @@ from typing import Any, Optional, Union
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_fair import files
 from tff_fair.state import client_store
-from tff_fair.training import files
 
 ModelWeights = tff.learning.models.ModelWeights
 LambdaPolicy = Union[float, Mapping[str, float], Sequence[float]]

@@ -33,11 +33,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_fair import files
 from tff_fair.evaluation import per_client
 from tff_fair.fairness import allocation as allocation_lib
 from tff_fair.fairness import metrics as fairness_metrics
 from tff_fair.models import slimmable
-from tff_fair.training import files
 
 ModelWeights = tff.learning.models.ModelWeights
 
