@@ -17,6 +17,7 @@ data's) and the logits (the classes) never change.
   shortcuts) with GroupNorm in place of BatchNorm: 11,173,962 parameters for
   10 classes, as the BatchNorm version's trainable ones.
 
+Seeds are per layer, as in `architectures.py` (`architectures.layer_seeds`).
 `build_model_spec` binds a builder to a data set's shapes as a
 `model_fns.ModelSpec` whose input spec carries the width
 (`OrderedDict(x=OrderedDict(features=..., width=[]), y=...)`), so
@@ -29,6 +30,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from tff_fair.models import architectures
 from tff_fair.models import model_fns
 from tff_fair.models import slimmable
 
@@ -38,13 +40,6 @@ MODEL_NAMES = (
     'slimmable_resnet18',
     'slimmable_text_cnn',
 )
-
-
-def _seeded(seed: Optional[int]) -> Callable[[int], Optional[int]]:
-  """Per-layer seeds derived from `seed` (as in `architectures.py`)."""
-  if seed is None:
-    return lambda _: None
-  return lambda index: seed * 1000 + index
 
 
 def _conv_block(
@@ -80,7 +75,7 @@ def lenet(
     norm_groups: Optional[int] = None,
 ) -> slimmable.SlimmableModel:
   """Slimmable LeNet-5: conv6-pool-conv16-pool-fc120-fc84-logits."""
-  layer_seed = _seeded(seed)
+  layer_seed = architectures.layer_seeds(seed)
   init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
   layers = [
       *_conv_block(6, 5, 'same', init(0), norm_groups, slim_input=False),
@@ -111,7 +106,7 @@ def cifar_cnn(
     norm_groups: Optional[int] = None,
 ) -> slimmable.SlimmableModel:
   """Slimmable CIFAR-10 CNN: conv32-pool-conv64-pool-conv64-fc64-logits."""
-  layer_seed = _seeded(seed)
+  layer_seed = architectures.layer_seeds(seed)
   init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
   layers = [
       *_conv_block(32, 3, 'valid', init(0), norm_groups, slim_input=False),
@@ -139,7 +134,7 @@ class _TextCNN(slimmable.SlimmableModel):
   def __init__(self, sequence_length, vocab_size, num_classes, embedding_dim,
                filters, kernel_sizes, seed):
     super().__init__((sequence_length,), tf.int32, name='slimmable_text_cnn')
-    layer_seed = _seeded(seed)
+    layer_seed = architectures.layer_seeds(seed)
     self.embedding = slimmable.SlimmableEmbedding(
         vocab_size,
         embedding_dim,
@@ -234,7 +229,7 @@ class _ResNet18(slimmable.SlimmableModel):
 
   def __init__(self, input_shape, num_classes, norm_groups, seed):
     super().__init__(tuple(input_shape), tf.float32, name='slimmable_resnet18')
-    layer_seed = _seeded(seed)
+    layer_seed = architectures.layer_seeds(seed)
     counter = iter(range(1_000))
     he = lambda: tf.keras.initializers.HeNormal(seed=layer_seed(next(counter)))
     self.stem = slimmable.SlimmableConv2D(
