@@ -11,13 +11,13 @@ from tests import tff_test_utils
 from tff_fair import attacks
 from tff_fair.algorithms import aequa
 from tff_fair.algorithms import fed_avg
-from tff_fair.models import slimmable_models
+from tff_fair.models import model_fns
 from tff_fair.training import rewards
 
 _DIGITS = sk_datasets.load_digits()
 _X = (_DIGITS.images / 16.0).astype(np.float32)[..., None]
 _Y = _DIGITS.target.astype(np.int32)
-_SPEC = slimmable_models.build_model_spec(
+_SPEC = model_fns.build_model_spec(
     'slimmable_lenet', x_shape=(8, 8, 1), x_dtype=tf.float32, y_shape=(),
     num_classes=10)
 

@@ -168,7 +168,7 @@ def build_aequa(
 
   Args:
     model_fn: Returns a fresh `VariableModel` of a slimmable Keras model
-      whose input spec carries the width (`slimmable_models.build_model_spec`).
+      whose input spec carries the width (`model_fns.build_model_spec`).
     client_optimizer_fn: Local optimizer.
     server_optimizer_fn: Server optimizer (applied to the averaged update);
       default SGD with learning rate 1.0 (TFF's default).

@@ -18,8 +18,8 @@ data's) and the logits (the classes) never change.
   10 classes, as the BatchNorm version's trainable ones.
 
 Seeds are per layer, as in `architectures.py` (`architectures.layer_seeds`).
-`build_model_spec` binds a builder to a data set's shapes as a
-`model_fns.ModelSpec` whose input spec carries the width
+`model_fns.build_model_spec` binds these builders to a data set's shapes as
+`ModelSpec`s whose input spec carries the width
 (`OrderedDict(x=OrderedDict(features=..., width=[]), y=...)`), so
 `spec.model_fn` works with `tff.learning` processes.
 """
@@ -31,7 +31,6 @@ from typing import Optional
 import tensorflow as tf
 
 from tff_fair.models import architectures
-from tff_fair.models import model_fns
 from tff_fair.models import slimmable
 
 MODEL_NAMES = (
@@ -287,69 +286,3 @@ def resnet18(
   model = _ResNet18(input_shape, num_classes, norm_groups, seed)
   return model.build_at_full_width()
 
-
-def build_model_spec(
-    name: str,
-    *,
-    x_shape: Sequence[int],
-    x_dtype: tf.DType,
-    y_shape: Sequence[int],
-    num_classes: int,
-    vocab_size: Optional[int] = None,
-) -> model_fns.ModelSpec:
-  """Binds slimmable architecture `name` to a data set's shapes.
-
-  Like `model_fns.build_model_spec`, but the input spec is that of
-  `slimmable.with_width` batches: `OrderedDict(x=OrderedDict(features=...,
-  width=float32 scalar), y=...)`.
-
-  Args:
-    name: One of `MODEL_NAMES`.
-    x_shape: Shape of one example's features (no batch dimension).
-    x_dtype: Feature dtype (float32 images, int32 token ids).
-    y_shape: Shape of one example's label (`()`).
-    num_classes: Number of output classes.
-    vocab_size: Number of input tokens, required by `slimmable_text_cnn`.
-
-  Returns:
-    A `model_fns.ModelSpec`.
-
-  Raises:
-    ValueError: For an unknown name or a missing `vocab_size`.
-  """
-  if name not in MODEL_NAMES:
-    raise ValueError(
-        f'Unknown slimmable model {name!r}; choose one of'
-        f' {", ".join(MODEL_NAMES)}.'
-    )
-  if name == 'slimmable_text_cnn' and not vocab_size:
-    raise ValueError(
-        f'Model {name!r} reads token ids and needs vocab_size; the data set'
-        ' does not provide one (is it a text data set?).'
-    )
-  if name == 'slimmable_lenet':
-    builder = functools.partial(
-        lenet, input_shape=x_shape, num_classes=num_classes
-    )
-  elif name == 'slimmable_cifar_cnn':
-    builder = functools.partial(
-        cifar_cnn, input_shape=x_shape, num_classes=num_classes
-    )
-  elif name == 'slimmable_resnet18':
-    builder = functools.partial(
-        resnet18, input_shape=x_shape, num_classes=num_classes
-    )
-  else:
-    builder = functools.partial(
-        text_cnn,
-        sequence_length=x_shape[0],
-        vocab_size=vocab_size,
-        num_classes=num_classes,
-    )
-  return model_fns.ModelSpec(
-      name=name,
-      build_keras=lambda seed: builder(seed=seed),
-      input_spec=slimmable.input_spec_with_width(
-          model_fns.batched_input_spec(x_shape, x_dtype, y_shape)
-      ),
-  )
