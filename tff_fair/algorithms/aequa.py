@@ -56,8 +56,6 @@ from tff_fair.fairness import contribution
 from tff_fair.models import model_fns
 from tff_fair.models import slimmable
 
-ModelWeights = tff.learning.models.ModelWeights
-
 
 def plain_data_type(model_fn) -> tff.SequenceType:
   """The client data type: the model's input spec without the width."""
@@ -97,7 +95,7 @@ def build_sandwich_loop_fn(
 
   def loop_fn(model: tff.learning.models.VariableModel,
               optimizer: tff.learning.optimizers.Optimizer):
-    weights = ModelWeights.from_model(model)
+    weights = tff.learning.models.ModelWeights.from_model(model)
     trainable = tuple(tf.nest.flatten(weights.trainable))
     specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
     loss_fn = model_fns.loss_fn()

@@ -65,7 +65,6 @@ from tff_fair.algorithms import client_training
 from tff_fair.algorithms import fed_avg
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
-ModelWeights = tff.learning.models.ModelWeights
 
 
 class DittoProcess(tff.learning.templates.LearningProcess):
@@ -93,7 +92,8 @@ class DittoProcess(tff.learning.templates.LearningProcess):
 
 
 def personal_input(
-    dataset: tf.data.Dataset, personal: ModelWeights, lam: float
+    dataset: tf.data.Dataset, personal: tff.learning.models.ModelWeights,
+    lam: float
 ) -> collections.OrderedDict:
   """One client's input to `personalize`; `lam` must be finite and >= 0."""
   if not (isinstance(lam, numbers.Real) and math.isfinite(lam) and lam >= 0):
@@ -243,7 +243,8 @@ class PersonalModels:
       self,
       process: DittoProcess,
       lam: Union[float, Mapping[Hashable, float]] = 1.0,
-      initial: Optional[Mapping[Hashable, ModelWeights]] = None,
+      initial: Optional[
+          Mapping[Hashable, tff.learning.models.ModelWeights]] = None,
   ):
     """Initializes the store.
 
@@ -262,7 +263,8 @@ class PersonalModels:
       return float(self._lam[client_id])
     return float(self._lam)
 
-  def __getitem__(self, client_id: Hashable) -> ModelWeights:
+  def __getitem__(
+      self, client_id: Hashable) -> tff.learning.models.ModelWeights:
     return self._weights[client_id]
 
   def __contains__(self, client_id: Hashable) -> bool:
@@ -274,7 +276,8 @@ class PersonalModels:
   def items(self):
     return self._weights.items()
 
-  def get(self, client_id: Hashable, state: Any) -> ModelWeights:
+  def get(self, client_id: Hashable,
+          state: Any) -> tff.learning.models.ModelWeights:
     """The personal model of `client_id`, or the global model of `state`."""
     if client_id in self._weights:
       return self._weights[client_id]

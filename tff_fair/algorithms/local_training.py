@@ -25,8 +25,6 @@ import tensorflow_federated as tff
 
 from tff_fair.algorithms import client_training
 
-ModelWeights = tff.learning.models.ModelWeights
-
 
 def build_local_train_fn(
     model_fn: Callable[[], tff.learning.models.VariableModel],

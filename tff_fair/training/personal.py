@@ -18,11 +18,10 @@ import tensorflow_federated as tff
 from tff_fair import files
 from tff_fair.state import client_store
 
-ModelWeights = tff.learning.models.ModelWeights
 LambdaPolicy = Union[float, Mapping[str, float], Sequence[float]]
 
 
-def _to_arrays(weights: ModelWeights) -> list[np.ndarray]:
+def _to_arrays(weights: tff.learning.models.ModelWeights) -> list[np.ndarray]:
   return [np.asarray(w) for w in (*weights.trainable, *weights.non_trainable)]
 
 
@@ -38,7 +37,7 @@ class PersonalModelStore:
       lambdas are given.
   """
 
-  def __init__(self, root: str, template: ModelWeights,
+  def __init__(self, root: str, template: tff.learning.models.ModelWeights,
                lambdas: LambdaPolicy):
     """Creates or opens the personal models under `root`.
 
@@ -65,13 +64,15 @@ class PersonalModelStore:
     """Makes the state as of the checkpoint of `round_num` current."""
     self._store.open(round_num)
 
-  def weights(self, client_id: str) -> Optional[ModelWeights]:
+  def weights(
+      self, client_id: str) -> Optional[tff.learning.models.ModelWeights]:
     """The client's personal model, or None if it never trained."""
     arrays = self._store.read(client_id)
     if arrays is None:
       return None
-    return ModelWeights(trainable=arrays[:self._num_trainable],
-                        non_trainable=arrays[self._num_trainable:])
+    return tff.learning.models.ModelWeights(
+        trainable=arrays[:self._num_trainable],
+        non_trainable=arrays[self._num_trainable:])
 
   def lam(self, client_id: str) -> Optional[float]:
     """The client's lambda; None when it is still to be chosen from the grid.
@@ -112,8 +113,9 @@ class PersonalModelStore:
     chosen = int(metadata.get('lam_round', 0))
     return round_num - chosen >= every
 
-  def write(self, client_id: str, weights: ModelWeights, round_num: int,
-            lam: float, lam_round: Optional[int] = None) -> None:
+  def write(self, client_id: str, weights: tff.learning.models.ModelWeights,
+            round_num: int, lam: float,
+            lam_round: Optional[int] = None) -> None:
     """Stores the client's model of `round_num` (pending `commit`).
 
     Args:
@@ -152,14 +154,14 @@ class PersonalModelStore:
     self._updated = []
 
   def lookup(
-      self, global_weights: ModelWeights
-  ) -> Callable[[str], ModelWeights]:
+      self, global_weights: tff.learning.models.ModelWeights
+  ) -> Callable[[str], tff.learning.models.ModelWeights]:
     """For evaluation: a client's personal model, else the global model.
 
     Only for reports that say so: a client never trained has no personal
     model, and its global model must not be counted as one.
     """
-    def weights_for(client_id: str) -> ModelWeights:
+    def weights_for(client_id: str) -> tff.learning.models.ModelWeights:
       weights = self.weights(client_id)
       return global_weights if weights is None else weights
 
