@@ -18,11 +18,11 @@ from tff_fair.algorithms import aequa
 from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
 from tff_fair.data import program_data
-from tff_fair.data import sources
+from tff_fair.data.sources import digits
 from tff_fair.models import model_fns
 from tff_fair.runtime import local
 
-_DIGITS = sources.load_digits()
+_DIGITS = digits.load_digits()
 _BATCH = 20
 
 
