@@ -12,6 +12,7 @@ from tff_fair import attacks
 from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
 from tff_fair.algorithms import local_training
+from tff_fair.algorithms import update_attacks
 from tff_fair.models import model_fns
 
 _DIGITS = sk_datasets.load_digits()
@@ -102,12 +103,12 @@ class DittoTest(tff_test_utils.TffTestCase):
           process.get_model_weights(out.state).trainable, self.w0.trainable)]
 
     honest = update(None)
-    replaced = update(attacks.attack_spec(attacks.MODEL_REPLACEMENT, 10.0,
-                                          seed=1, client_index=0))
+    replaced = update(update_attacks.attack_spec(
+        attacks.MODEL_REPLACEMENT, 10.0, seed=1, client_index=0))
     self.assertAllClose([10 * h for h in honest], replaced, rtol=1e-4,
                         atol=1e-6)
-    noise = update(attacks.attack_spec(attacks.RANDOM_UPDATES, 1.0, seed=1,
-                                       client_index=0))
+    noise = update(update_attacks.attack_spec(
+        attacks.RANDOM_UPDATES, 1.0, seed=1, client_index=0))
     for h, n in zip(honest, noise):
       if h.size > 100:  # Std of large tensors is well estimated.
         self.assertAllClose(np.std(n), np.std(h), rtol=0.2)

@@ -27,8 +27,8 @@ and of the client's first batch. Runs are reproducible (same initial state,
 same data in the same order: same widths), draws change every round (the
 model changes), and clients with different data draw differently; clients
 whose first batches are identical draw the same widths in a round. With
-`client_context=True` each client's input carries a
-`tff_fair.attacks` spec whose `seed` the driver chooses per client and round
+`client_context=True` each client's input carries an attack spec
+(`update_attacks`) whose `seed` the driver chooses per client and round
 (`tff_fair.training` does), so draws are independent of the data.
 
 Type signatures (the width is added inside the loop, never sent):
@@ -50,8 +50,8 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fair import attacks
 from tff_fair.algorithms import fed_avg
+from tff_fair.algorithms import update_attacks
 from tff_fair.fairness import contribution
 from tff_fair.models import model_fns
 from tff_fair.models import slimmable
@@ -81,10 +81,12 @@ def sample_widths(seed, step, p_min: float, p_max: float,
 
   Returns:
     float32[count], uniform in [p_min, p_max), drawn with a stateless
-    generator seeded by `attacks.client_seed(seed, WIDTH_STREAM, step)`.
+    generator seeded by `update_attacks.client_seed` (stream
+    `WIDTH_STREAM`, draw `step`).
   """
   return tf.random.stateless_uniform(
-      [count], seed=attacks.client_seed(seed, attacks.WIDTH_STREAM, step),
+      [count],
+      seed=update_attacks.client_seed(seed, update_attacks.WIDTH_STREAM, step),
       minval=p_min, maxval=p_max)
 
 

@@ -14,8 +14,8 @@ A benign client's update is exactly FedAvg's (`initial - trained` trainable
 weights, weighted by examples); the tests check this against TFF's own
 process.
 
-With `client_context=True` every client's input also carries an `AttackSpec`
-(`tff_fair.attacks`), so robustness experiments can make chosen clients send
+With `client_context=True` every client's input also carries an attack spec
+(`update_attacks`), so robustness experiments can make chosen clients send
 poisoned updates, and its `seed` seeds the client's own randomness (Aequa's
 widths):
 
@@ -37,8 +37,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fair import attacks
 from tff_fair.algorithms import client_training
+from tff_fair.algorithms import update_attacks
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 TrainingLoopFn = Callable[
@@ -60,13 +60,13 @@ def client_input(
 
   Args:
     dataset: The client's batched data set.
-    attack: Its `tff_fair.attacks.attack_spec` (default: `no_attack()`,
+    attack: Its `update_attacks.attack_spec` (default: `no_attack()`,
       whose seed is 0).
 
   Returns:
     `OrderedDict(data=dataset, attack=<one-element data set of the spec>)`.
   """
-  spec = attacks.no_attack() if attack is None else attack
+  spec = update_attacks.no_attack() if attack is None else attack
   return collections.OrderedDict(
       data=dataset, attack=tf.data.Dataset.from_tensors(spec))
 
@@ -169,7 +169,7 @@ def build_client_work(
     input_type = collections.OrderedDict(
         data=data_type,
         attack=tff.SequenceType(tff.types.tensorflow_to_type(
-            attacks.attack_spec_type())))
+            update_attacks.attack_spec_type())))
   else:
     input_type = data_type
 
@@ -187,7 +187,7 @@ def build_client_work(
     update = tf.nest.map_structure(
         tf.subtract, initial_weights.trainable, trained['weights'].trainable)
     if client_context:
-      update = attacks.apply_update_attack(update, spec)
+      update = update_attacks.apply_update_attack(update, spec)
     # As TFF's FedAvg: a non-finite update is zeroed and gets no weight.
     update, non_finite = _zero_non_finite(update)
     if client_weighting is ClientWeighting.NUM_EXAMPLES:

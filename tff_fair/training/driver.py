@@ -44,6 +44,7 @@ from tff_fair.algorithms import aequa
 from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
 from tff_fair.algorithms import local_training
+from tff_fair.algorithms import update_attacks
 from tff_fair.evaluation import per_client
 from tff_fair.evaluation import statistics
 from tff_fair.runtime import remote
@@ -691,7 +692,7 @@ class Trainer:
     """A client's attack and seed input for one round."""
     kind = (self.config.attack if client_id in self.malicious
             else attacks.NONE)
-    return attacks.attack_spec(
+    return update_attacks.attack_spec(
         kind, self.config.attack_scale,
         seed=shuffle_seed(self.config.seed, round_num, 0, stream=2),
         client_index=self._client_index[client_id])
