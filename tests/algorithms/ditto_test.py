@@ -11,7 +11,7 @@ from tests import tff_test_utils
 from tff_fair import attacks
 from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
-from tff_fair.algorithms import local_training
+from tff_fair.algorithms import per_client_training
 from tff_fair.algorithms import update_attacks
 from tff_fair.models import model_fns
 
@@ -176,7 +176,7 @@ class DittoTest(tff_test_utils.TffTestCase):
     process = self.last_iterate_process
     out, = process.personalize(self._state(process), [
         ditto.personal_input(_dataset(2), self.w0, 0.0)])
-    local = local_training.build_local_train_fn(
+    local = per_client_training.build_client_train_fn(
         self.spec.model_fn, _sgd(), epochs=1)(self.w0, _dataset(2))
     self.assertAllClose(out['personal'].trainable, local.trainable)
     self.assertEqual(out['num_examples'], 100)

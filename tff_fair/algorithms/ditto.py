@@ -61,7 +61,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fair.algorithms import client_training
+from tff_fair.algorithms import training_loop
 from tff_fair.algorithms import fed_avg
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
@@ -118,16 +118,16 @@ def build_personal_update(
 
   With `average_iterates` (the default) the new personal model is the mean
   of the iterates after each of the round's steps rather than the last
-  one; see `client_training` for the collapse this prevents.
+  one; see `training_loop` for the collapse this prevents.
   """
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
   input_type = tff.types.to_type(collections.OrderedDict(
-      data=client_training.data_type_of(model_fn), personal=weights_type,
+      data=training_loop.data_type_of(model_fn), personal=weights_type,
       lam=np.float32))
 
   @tff.tensorflow.computation(weights_type, input_type)
   def personal_update(anchor, client):
-    loop = client_training.build_training_loop(
+    loop = training_loop.build_training_loop(
         model_fn(), optimizer, average_iterates=average_iterates)
     trained = loop(client['personal'], client['data'], anchor=anchor,
                    lam=client['lam'])

@@ -37,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fair.algorithms import client_training
+from tff_fair.algorithms import training_loop
 from tff_fair.algorithms import update_attacks
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
@@ -110,7 +110,7 @@ def derived_seed(weights, data: tf.data.Dataset) -> tf.Tensor:
 
 
 def _plain_training_loop(model, optimizer):
-  loop = client_training.build_training_loop(model, optimizer)
+  loop = training_loop.build_training_loop(model, optimizer)
   return lambda start, data, seed: loop(start, data)
 
 
@@ -146,7 +146,7 @@ def build_client_work(
     client_context: Client input `<data=D*, attack=A*>` (see the module
       docstring) instead of `D*`.
     training_loop_fn: `(model, optimizer) -> train(start, data, seed)` with
-      the contract of `client_training.build_training_loop` plus a per-client
+      the contract of `training_loop.build_training_loop` plus a per-client
       seed (int32[2]) for the loop's own randomness: the attack spec's seed
       under `client_context`, else `derived_seed`. Default: plain local
       training. Aequa's sandwich training plugs in here.
@@ -164,7 +164,7 @@ def build_client_work(
             lambda v: tf.TensorSpec.from_tensor(tf.convert_to_tensor(v)),
             probe.report_local_unfinalized_metrics()))
     metric_finalizers = probe.metric_finalizers()
-  data_type = data_type or client_training.data_type_of(model_fn)
+  data_type = data_type or training_loop.data_type_of(model_fn)
   if client_context:
     input_type = collections.OrderedDict(
         data=data_type,

@@ -43,7 +43,7 @@ from tff_fair import files
 from tff_fair.algorithms import aequa
 from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
-from tff_fair.algorithms import local_training
+from tff_fair.algorithms import per_client_training
 from tff_fair.algorithms import update_attacks
 from tff_fair.evaluation import per_client
 from tff_fair.evaluation import statistics
@@ -325,7 +325,7 @@ class Trainer:
     """
     config = self.config
     logging.info('Training every client alone for %d epoch(s).', epochs)
-    computation = local_training.build_local_training(
+    computation = per_client_training.build_per_client_training(
         self.experiment.plain_model_spec.model_fn,
         experiment_lib.build_optimizer(
             config.client_optimizer, config.client_learning_rate),
