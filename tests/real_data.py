@@ -10,14 +10,16 @@ Set `TFF_FAIR_REQUIRE_DATA=1` (the test command does when the data folder is
 present, as in CI) to turn a missing file into a failure instead: a data
 folder that is there but incomplete must not pass as skips.
 
-It asks the loaders' own module where files are looked for (numpy only:
+It asks the loaders' own modules where files are looked for (numpy only:
 data tests import it without TensorFlow).
 """
 
 import os
 import unittest
 
-from tff_fair.data import sources
+from tff_fair.data.sources import fashion_mnist
+from tff_fair.data.sources import idx
+from tff_fair.data.sources import paths
 
 REQUIRE_ENV = 'TFF_FAIR_REQUIRE_DATA'
 
@@ -43,30 +45,31 @@ def data_dir_with(*relative_paths: str) -> str:
     unittest.SkipTest: a file is missing (AssertionError under
       TFF_FAIR_REQUIRE_DATA).
   """
-  root = os.environ.get(sources.DATA_DIR_ENV, '')
+  root = os.environ.get(paths.DATA_DIR_ENV, '')
   if not root:
-    _missing(f'needs {", ".join(relative_paths)}: set {sources.DATA_DIR_ENV}'
+    _missing(f'needs {", ".join(relative_paths)}: set {paths.DATA_DIR_ENV}'
              ' to the data folder (see README, "Tests and the data they'
              ' need")')
   absent = [p for p in relative_paths
             if not os.path.isfile(os.path.join(root, p))]
   if absent:
-    _missing(f'needs {", ".join(absent)} under {sources.DATA_DIR_ENV}={root}')
+    _missing(f'needs {", ".join(absent)} under {paths.DATA_DIR_ENV}={root}')
   return root
 
 
 def fashion_mnist_dir() -> str:
   """The folder the Fashion-MNIST loader reads, if it holds the four files.
 
-  The loader's own search (`sources.fashion_mnist_dir_candidates`) without
-  an explicit data_dir; else skips.
+  The loader's own search (`fashion_mnist.fashion_mnist_dir_candidates`)
+  without an explicit data_dir; else skips.
   """
-  candidates = sources.fashion_mnist_dir_candidates(None)
+  candidates = fashion_mnist.fashion_mnist_dir_candidates(None)
   directory = next((c for c in candidates if os.path.isdir(c)), '')
-  names = [name for pair in sources.IDX_FILE_NAMES.values() for name in pair]
+  names = [name for pair in idx.IDX_FILE_NAMES.values() for name in pair]
   if directory and all(os.path.isfile(os.path.join(directory, name))
                        for name in names):
     return directory
   _missing('needs the Fashion-MNIST idx files: apt-get install'
-           f' dataset-fashion-mnist, or set {sources.FASHION_MNIST_DIR_ENV}')
+           ' dataset-fashion-mnist, or set'
+           f' {fashion_mnist.FASHION_MNIST_DIR_ENV}')
   raise AssertionError('unreachable')

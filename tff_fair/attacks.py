@@ -11,35 +11,23 @@ from the Ditto paper's robustness study:
 * A3 `model_replacement`: a malicious client sends its update multiplied by
   `scale` (e.g. 10), to drag the global model towards its own.
 
-A2 and A3 act on model updates, inside the client computation of
-`tff_fair.algorithms.fed_avg` (and so of Ditto's global model): every client
-receives an `AttackSpec` with its data, benign clients `no_attack()`.
-Personalized models are never attacked: a malicious client only hurts the
-others through what it sends.
+This module is the plain-numpy part: the attacks' names, which clients are
+malicious and A1's labels. A2 and A3 act on model updates, inside the client
+computation of `tff_fair.algorithms.fed_avg` (and so of Ditto's global
+model); they live with the algorithms, in
+`tff_fair.algorithms.update_attacks`.
 """
 
-import collections
 from collections.abc import Sequence
 import dataclasses
 
 import numpy as np
-import tensorflow as tf
 
 NONE = 'none'
 LABEL_POISONING = 'label_poisoning'
 RANDOM_UPDATES = 'random_updates'
 MODEL_REPLACEMENT = 'model_replacement'
 ATTACKS = (NONE, LABEL_POISONING, RANDOM_UPDATES, MODEL_REPLACEMENT)
-
-# Streams folded into a client's seed (`client_seed`), one per use, so the
-# draws of different uses never share a seed.
-WIDTH_STREAM = 1  # Aequa's sampled widths.
-NOISE_STREAM = 2  # A2's noise.
-
-# Codes carried into TFF computations (update attacks only).
-# (A1 is applied to data, so inside TFF it is 'no update attack'.)
-_UPDATE_ATTACK_CODES = {NONE: 0, LABEL_POISONING: 0, RANDOM_UPDATES: 1,
-                        MODEL_REPLACEMENT: 2}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,86 +80,3 @@ def poison_labels(
   """A1: labels replaced by uniformly random classes (fixed per client)."""
   rng = np.random.default_rng([seed, 0x1AB, client_index])
   return rng.integers(0, num_classes, size=labels.shape).astype(labels.dtype)
-
-
-def no_attack(seed: int = 0, client_index: int = 0) -> collections.OrderedDict:
-  return attack_spec(NONE, scale=1.0, seed=seed, client_index=client_index)
-
-
-def attack_spec(
-    kind: str, scale: float, seed: int, client_index: int
-) -> collections.OrderedDict:
-  """The per-client attack input of the federated computations.
-
-  Its `seed` (int32[2]) also seeds the client's other randomness (e.g.
-  Aequa's sampled widths), so drivers give every client a fresh one each
-  round, attacking or not.
-  """
-  return collections.OrderedDict(
-      kind=np.int32(_UPDATE_ATTACK_CODES[kind]),
-      scale=np.float32(scale),
-      seed=np.array([seed, client_index], np.int32),
-  )
-
-
-def client_seed(seed, stream: int, index):
-  """A seed for draw `index` of `stream` of one client, from its spec seed.
-
-  Folds `stream`, then `index`, into the client's seed (int32[2], `[round
-  seed, client index]` as the driver sends it) with
-  `tf.random.experimental.stateless_fold_in`, which hashes the seed it
-  receives. Adding offsets to the seed instead would make draws collide:
-  `[s, i] + [0, k]` is client i's draw k and client i + 1's draw k - 1.
-
-  Args:
-    seed: The client's seed, an int32[2] tensor.
-    stream: `WIDTH_STREAM`, `NOISE_STREAM`, ...
-    index: The draw's index within the stream (e.g. the local step), an
-      int32 scalar.
-
-  Returns:
-    An int32[2] seed for `tf.random.stateless_*`.
-  """
-  fold_in = tf.random.experimental.stateless_fold_in
-  return fold_in(fold_in(seed, tf.constant(stream, tf.int32)),
-                 tf.cast(index, tf.int32))
-
-
-def attack_spec_type() -> collections.OrderedDict:
-  return collections.OrderedDict(
-      kind=tf.TensorSpec([], tf.int32),
-      scale=tf.TensorSpec([], tf.float32),
-      seed=tf.TensorSpec([2], tf.int32),
-  )
-
-
-def apply_update_attack(update, spec):
-  """Applies A2/A3 to a client's model update (a structure of tensors).
-
-  Args:
-    update: The client's model update.
-    spec: An `attack_spec` (as tensors).
-
-  Returns:
-    The update to send: unchanged, Gaussian noise with each tensor's own
-    standard deviation (A2), or the update times `spec['scale']` (A3).
-  """
-  tensors = tf.nest.flatten(update)
-
-  def noise():
-    return [
-        tf.random.stateless_normal(
-            tf.shape(t), seed=client_seed(spec['seed'], NOISE_STREAM, i),
-            dtype=t.dtype
-        ) * tf.math.reduce_std(t)
-        for i, t in enumerate(tensors)
-    ]
-
-  def scaled():
-    return [t * tf.cast(spec['scale'], t.dtype) for t in tensors]
-
-  attacked = tf.switch_case(
-      spec['kind'],
-      branch_fns=[lambda: tensors, noise, scaled],
-  )
-  return tf.nest.pack_sequence_as(update, attacked)

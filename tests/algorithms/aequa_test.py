@@ -8,16 +8,16 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tff_test_utils
-from tff_fair import attacks
 from tff_fair.algorithms import aequa
 from tff_fair.algorithms import fed_avg
-from tff_fair.models import slimmable_models
+from tff_fair.algorithms import update_attacks
+from tff_fair.models import model_fns
 from tff_fair.training import rewards
 
 _DIGITS = sk_datasets.load_digits()
 _X = (_DIGITS.images / 16.0).astype(np.float32)[..., None]
 _Y = _DIGITS.target.astype(np.int32)
-_SPEC = slimmable_models.build_model_spec(
+_SPEC = model_fns.build_model_spec(
     'slimmable_lenet', x_shape=(8, 8, 1), x_dtype=tf.float32, y_shape=(),
     num_classes=10)
 
@@ -27,7 +27,7 @@ def _inputs(round_num, clients=4, size=300):
       tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
           x=_X[i * size:(i + 1) * size],
           y=_Y[i * size:(i + 1) * size])).batch(20),
-      attacks.no_attack(seed=round_num, client_index=i))
+      update_attacks.no_attack(seed=round_num, client_index=i))
           for i in range(clients)]
 
 
@@ -74,9 +74,10 @@ class WidthDrawsTest(tf.test.TestCase):
 
   def test_width_and_noise_streams_are_independent(self):
     seed = tf.constant([99, 3], tf.int32)
+    streams = (update_attacks.WIDTH_STREAM, update_attacks.NOISE_STREAM)
     seeds = {(stream, index): tuple(
-        attacks.client_seed(seed, stream, index).numpy().tolist())
-             for stream in (attacks.WIDTH_STREAM, attacks.NOISE_STREAM)
+        update_attacks.client_seed(seed, stream, index).numpy().tolist())
+             for stream in streams
              for index in range(20)}
     self.assertLen(set(seeds.values()), len(seeds))
 

@@ -11,7 +11,8 @@ from tests import tff_test_utils
 from tff_fair import attacks
 from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
-from tff_fair.algorithms import local_training
+from tff_fair.algorithms import per_client_training
+from tff_fair.algorithms import update_attacks
 from tff_fair.models import model_fns
 
 _DIGITS = sk_datasets.load_digits()
@@ -102,12 +103,12 @@ class DittoTest(tff_test_utils.TffTestCase):
           process.get_model_weights(out.state).trainable, self.w0.trainable)]
 
     honest = update(None)
-    replaced = update(attacks.attack_spec(attacks.MODEL_REPLACEMENT, 10.0,
-                                          seed=1, client_index=0))
+    replaced = update(update_attacks.attack_spec(
+        attacks.MODEL_REPLACEMENT, 10.0, seed=1, client_index=0))
     self.assertAllClose([10 * h for h in honest], replaced, rtol=1e-4,
                         atol=1e-6)
-    noise = update(attacks.attack_spec(attacks.RANDOM_UPDATES, 1.0, seed=1,
-                                       client_index=0))
+    noise = update(update_attacks.attack_spec(
+        attacks.RANDOM_UPDATES, 1.0, seed=1, client_index=0))
     for h, n in zip(honest, noise):
       if h.size > 100:  # Std of large tensors is well estimated.
         self.assertAllClose(np.std(n), np.std(h), rtol=0.2)
@@ -175,7 +176,7 @@ class DittoTest(tff_test_utils.TffTestCase):
     process = self.last_iterate_process
     out, = process.personalize(self._state(process), [
         ditto.personal_input(_dataset(2), self.w0, 0.0)])
-    local = local_training.build_local_train_fn(
+    local = per_client_training.build_client_train_fn(
         self.spec.model_fn, _sgd(), epochs=1)(self.w0, _dataset(2))
     self.assertAllClose(out['personal'].trainable, local.trainable)
     self.assertEqual(out['num_examples'], 100)

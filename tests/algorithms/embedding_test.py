@@ -18,11 +18,11 @@ from tff_fair.algorithms import aequa
 from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
 from tff_fair.data import program_data
-from tff_fair.data import sources
-from tff_fair.models import slimmable_models
+from tff_fair.data.sources import digits
+from tff_fair.models import model_fns
 from tff_fair.runtime import local
 
-_DIGITS = sources.load_digits()
+_DIGITS = digits.load_digits()
 _BATCH = 20
 
 
@@ -196,7 +196,7 @@ class EmbeddingTest(tff_test_utils.TffTestCase):
                         global_weights.trainable)
 
   def test_aequa_in_tff_simulation_reproduces_without_client_seeds(self):
-    spec = slimmable_models.build_model_spec(
+    spec = model_fns.build_model_spec(
         'slimmable_lenet', x_shape=(8, 8, 1), x_dtype=tf.float32, y_shape=(),
         num_classes=10)
     process = aequa.build_aequa(spec.model_fn, _sgd(0.1), p_min=0.25,

@@ -20,9 +20,10 @@ import tensorflow_federated as tff
 from tests import real_data
 from tff_fair.data import federated
 from tff_fair.data import partition as partition_lib
-from tff_fair.data import sources
+from tff_fair.data.sources import registry
+from tff_fair.data.sources import source as source_lib
 
-_DIGITS = sources.load_source('digits')
+_DIGITS = registry.load_source('digits')
 
 
 def _build(**kwargs):
@@ -40,7 +41,7 @@ def _total(data) -> int:
 def _sequence_source(n=40, length=5):
   """A tiny Shakespeare-like source with (N, length) targets and groups."""
   x = np.arange(n * length, dtype=np.int32).reshape(n, length) % 90
-  return sources.Source(
+  return source_lib.Source(
       name='toy_sequences',
       x=x,
       y=(x + 1) % 90,
@@ -258,7 +259,7 @@ class NaturalTest(absltest.TestCase):
     self.assertEqual(data.client_ids, ('a', 'b'))
 
   def test_femnist_writers(self):
-    source = sources.load_source(
+    source = registry.load_source(
         'femnist', real_data.data_dir_with('femnist/femnist_partial.npz'))
     data = federated.build_federated_data(
         source, partition='natural', num_clients=None, seed=0
@@ -270,7 +271,7 @@ class NaturalTest(absltest.TestCase):
     self.assertEqual(_total(data), source.num_examples)
 
   def test_femnist_cap_keeps_test_share(self):
-    source = sources.load_source(
+    source = registry.load_source(
         'femnist', real_data.data_dir_with('femnist/femnist_partial.npz'))
     data = federated.build_federated_data(
         source, partition='natural', num_clients=10, seed=0,
@@ -282,7 +283,7 @@ class NaturalTest(absltest.TestCase):
       self.assertBetween(counts[2], 3, 8)  # ~10% test, as in the source.
 
   def test_shakespeare_client_data(self):
-    source = sources.load_source(
+    source = registry.load_source(
         'shakespeare', real_data.data_dir_with(
             'shakespeare/shakespeare_train.h5',
             'shakespeare/shakespeare_test.h5'))

@@ -75,6 +75,20 @@ class ModelSpecTest(tf.test.TestCase, parameterized.TestCase):
       model_fns.build_model_spec('resnet', x_shape=(8,), x_dtype=tf.float32,
                                  y_shape=(), num_classes=2)
 
+  def test_slimmable_architecture_adds_the_width_input(self):
+    kwargs = dict(x_shape=(8, 8, 1), x_dtype=tf.float32, y_shape=(),
+                  num_classes=10)
+    plain = model_fns.build_model_spec('lenet', **kwargs)
+    slim = model_fns.build_model_spec('slimmable_lenet', **kwargs)
+    self.assertEqual(slim.input_spec['x']['features'], plain.input_spec['x'])
+    self.assertEqual(slim.input_spec['x']['width'],
+                     tf.TensorSpec([], tf.float32))
+    self.assertEqual(slim.input_spec['y'], plain.input_spec['y'])
+    # One seed helper: the same seed gives both the same initial weights.
+    for a, b in zip(plain.initial_weights(3).trainable,
+                    slim.initial_weights(3).trainable):
+      self.assertAllEqual(a, b)
+
   def test_text_model_needs_vocabulary(self):
     with self.assertRaisesRegex(ValueError, 'vocab_size'):
       model_fns.build_model_spec('text_cnn', x_shape=(8,), x_dtype=tf.int32,

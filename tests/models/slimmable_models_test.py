@@ -9,6 +9,7 @@ import tensorflow_federated as tff
 
 from tests import tff_test_utils
 from tff_fair.models import architectures
+from tff_fair.models import model_fns
 from tff_fair.models import slimmable
 from tff_fair.models import slimmable_models
 
@@ -183,7 +184,7 @@ class SlimmableModelsTest(tf.test.TestCase, parameterized.TestCase):
     self.assertLess(narrow, 0.1 * full)
 
   def test_model_spec(self):
-    spec = slimmable_models.build_model_spec(
+    spec = model_fns.build_model_spec(
         'slimmable_text_cnn', x_shape=(20,), x_dtype=tf.int32, y_shape=(),
         num_classes=2, vocab_size=100,
     )
@@ -199,13 +200,14 @@ class SlimmableModelsTest(tf.test.TestCase, parameterized.TestCase):
     )
     weights = spec.initial_weights(3)
     self.assertLen(weights.trainable, 9)  # Embedding, 3 x conv, logits.
-    with self.assertRaisesRegex(ValueError, 'Unknown slimmable model'):
-      slimmable_models.build_model_spec(
-          'lenet', x_shape=(8, 8, 1), x_dtype=tf.float32, y_shape=(),
-          num_classes=10,
+    with self.assertRaisesRegex(ValueError,
+                                "Unknown model 'slimmable_ditto_cnn'"):
+      model_fns.build_model_spec(
+          'slimmable_ditto_cnn', x_shape=(8, 8, 1), x_dtype=tf.float32,
+          y_shape=(), num_classes=10,
       )
     with self.assertRaisesRegex(ValueError, 'vocab_size'):
-      slimmable_models.build_model_spec(
+      model_fns.build_model_spec(
           'slimmable_text_cnn', x_shape=(20,), x_dtype=tf.int32, y_shape=(),
           num_classes=2,
       )
@@ -215,7 +217,7 @@ class SlimmableFedAvgTest(tff_test_utils.TffTestCase):
   """The width contract inside tff.learning: one process, clients' widths."""
 
   def test_fed_avg_round_at_two_widths(self):
-    spec = slimmable_models.build_model_spec(
+    spec = model_fns.build_model_spec(
         'slimmable_lenet', x_shape=(8, 8, 1), x_dtype=tf.float32, y_shape=(),
         num_classes=10,
     )

@@ -11,6 +11,7 @@ import tensorflow as tf
 from tests import tff_test_utils
 from tff_fair.algorithms import fed_avg
 from tff_fair import attacks
+from tff_fair.algorithms import update_attacks
 from tff_fair.training import driver
 from tff_fair.training.recipes import registry
 from tff_fair.training import sampling
@@ -60,7 +61,7 @@ class UpdateAttackTest(tff_test_utils.TffTestCase):
 
     updates = {}
     for i, (cid, dataset) in enumerate(zip(ids, datasets)):
-      honest = sent(dataset, attacks.no_attack(client_index=i))
+      honest = sent(dataset, update_attacks.no_attack(client_index=i))
       actual = sent(dataset, trainer._client_spec(cid, 1))
       updates[cid] = actual
       if cid not in trainer.malicious:

@@ -8,8 +8,8 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from tff_fair.data import partition
-from tff_fair.data import sources
 from tff_fair import errors
+from tff_fair.data.sources import registry as source_registry
 from tff_fair.training import config as config_lib
 from tff_fair.training.recipes import registry
 
@@ -150,7 +150,7 @@ class RunConfigTest(parameterized.TestCase):
       registry.make_config()
 
   def test_dataset_names_match_the_data_layer(self):
-    self.assertEqual(set(config_lib.DATASETS), set(sources.SOURCE_NAMES))
+    self.assertEqual(set(config_lib.DATASETS), set(source_registry.SOURCE_NAMES))
 
   def test_partition_rules_match_the_data_layer(self):
     self.assertEqual(config_lib.LABEL_SKEW_RULES, partition.LABEL_SKEW_RULES)

@@ -27,8 +27,8 @@ and of the client's first batch. Runs are reproducible (same initial state,
 same data in the same order: same widths), draws change every round (the
 model changes), and clients with different data draw differently; clients
 whose first batches are identical draw the same widths in a round. With
-`client_context=True` each client's input carries a
-`tff_fair.attacks` spec whose `seed` the driver chooses per client and round
+`client_context=True` each client's input carries an attack spec
+(`update_attacks`) whose `seed` the driver chooses per client and round
 (`tff_fair.training` does), so draws are independent of the data.
 
 Type signatures (the width is added inside the loop, never sent):
@@ -50,13 +50,11 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fair import attacks
 from tff_fair.algorithms import fed_avg
+from tff_fair.algorithms import update_attacks
 from tff_fair.fairness import contribution
 from tff_fair.models import model_fns
 from tff_fair.models import slimmable
-
-ModelWeights = tff.learning.models.ModelWeights
 
 
 def plain_data_type(model_fn) -> tff.SequenceType:
@@ -83,10 +81,12 @@ def sample_widths(seed, step, p_min: float, p_max: float,
 
   Returns:
     float32[count], uniform in [p_min, p_max), drawn with a stateless
-    generator seeded by `attacks.client_seed(seed, WIDTH_STREAM, step)`.
+    generator seeded by `update_attacks.client_seed` (stream
+    `WIDTH_STREAM`, draw `step`).
   """
   return tf.random.stateless_uniform(
-      [count], seed=attacks.client_seed(seed, attacks.WIDTH_STREAM, step),
+      [count],
+      seed=update_attacks.client_seed(seed, update_attacks.WIDTH_STREAM, step),
       minval=p_min, maxval=p_max)
 
 
@@ -97,7 +97,7 @@ def build_sandwich_loop_fn(
 
   def loop_fn(model: tff.learning.models.VariableModel,
               optimizer: tff.learning.optimizers.Optimizer):
-    weights = ModelWeights.from_model(model)
+    weights = tff.learning.models.ModelWeights.from_model(model)
     trainable = tuple(tf.nest.flatten(weights.trainable))
     specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
     loss_fn = model_fns.loss_fn()
@@ -168,7 +168,7 @@ def build_aequa(
 
   Args:
     model_fn: Returns a fresh `VariableModel` of a slimmable Keras model
-      whose input spec carries the width (`slimmable_models.build_model_spec`).
+      whose input spec carries the width (`model_fns.build_model_spec`).
     client_optimizer_fn: Local optimizer.
     server_optimizer_fn: Server optimizer (applied to the averaged update);
       default SGD with learning rate 1.0 (TFF's default).

@@ -61,11 +61,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fair.algorithms import client_training
+from tff_fair.algorithms import training_loop
 from tff_fair.algorithms import fed_avg
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
-ModelWeights = tff.learning.models.ModelWeights
 
 
 class DittoProcess(tff.learning.templates.LearningProcess):
@@ -103,7 +102,8 @@ def check_lambda(lam: float) -> None:
 
 
 def personal_input(
-    dataset: tf.data.Dataset, personal: ModelWeights, lam: float
+    dataset: tf.data.Dataset, personal: tff.learning.models.ModelWeights,
+    lam: float
 ) -> collections.OrderedDict:
   """One client's input to `personalize`; `lam` must be finite and >= 0."""
   check_lambda(lam)
@@ -126,16 +126,16 @@ def build_personal_update(
 
   With `average_iterates` (the default) the new personal model is the mean
   of the iterates after each of the round's steps rather than the last
-  one; see `client_training` for the collapse this prevents.
+  one; see `training_loop` for the collapse this prevents.
   """
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
   input_type = tff.types.to_type(collections.OrderedDict(
-      data=client_training.data_type_of(model_fn), personal=weights_type,
+      data=training_loop.data_type_of(model_fn), personal=weights_type,
       lam=np.float32))
 
   @tff.tensorflow.computation(weights_type, input_type)
   def personal_update(anchor, client):
-    loop = client_training.build_training_loop(
+    loop = training_loop.build_training_loop(
         model_fn(), optimizer, average_iterates=average_iterates)
     trained = loop(client['personal'], client['data'], anchor=anchor,
                    lam=client['lam'])
@@ -251,7 +251,8 @@ class PersonalModels:
       self,
       process: DittoProcess,
       lam: Union[float, Mapping[Hashable, float]] = 1.0,
-      initial: Optional[Mapping[Hashable, ModelWeights]] = None,
+      initial: Optional[
+          Mapping[Hashable, tff.learning.models.ModelWeights]] = None,
   ):
     """Initializes the store.
 
@@ -270,7 +271,8 @@ class PersonalModels:
       return float(self._lam[client_id])
     return float(self._lam)
 
-  def __getitem__(self, client_id: Hashable) -> ModelWeights:
+  def __getitem__(
+      self, client_id: Hashable) -> tff.learning.models.ModelWeights:
     return self._weights[client_id]
 
   def __contains__(self, client_id: Hashable) -> bool:
@@ -282,7 +284,8 @@ class PersonalModels:
   def items(self):
     return self._weights.items()
 
-  def get(self, client_id: Hashable, state: Any) -> ModelWeights:
+  def get(self, client_id: Hashable,
+          state: Any) -> tff.learning.models.ModelWeights:
     """The personal model of `client_id`, or the global model of `state`."""
     if client_id in self._weights:
       return self._weights[client_id]

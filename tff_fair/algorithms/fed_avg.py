@@ -14,8 +14,8 @@ A benign client's update is exactly FedAvg's (`initial - trained` trainable
 weights, weighted by examples); the tests check this against TFF's own
 process.
 
-With `client_context=True` every client's input also carries an `AttackSpec`
-(`tff_fair.attacks`), so robustness experiments can make chosen clients send
+With `client_context=True` every client's input also carries an attack spec
+(`update_attacks`), so robustness experiments can make chosen clients send
 poisoned updates, and its `seed` seeds the client's own randomness (Aequa's
 widths):
 
@@ -37,8 +37,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fair import attacks
-from tff_fair.algorithms import client_training
+from tff_fair.algorithms import training_loop
+from tff_fair.algorithms import update_attacks
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 TrainingLoopFn = Callable[
@@ -60,13 +60,13 @@ def client_input(
 
   Args:
     dataset: The client's batched data set.
-    attack: Its `tff_fair.attacks.attack_spec` (default: `no_attack()`,
+    attack: Its `update_attacks.attack_spec` (default: `no_attack()`,
       whose seed is 0).
 
   Returns:
     `OrderedDict(data=dataset, attack=<one-element data set of the spec>)`.
   """
-  spec = attacks.no_attack() if attack is None else attack
+  spec = update_attacks.no_attack() if attack is None else attack
   return collections.OrderedDict(
       data=dataset, attack=tf.data.Dataset.from_tensors(spec))
 
@@ -110,7 +110,7 @@ def derived_seed(weights, data: tf.data.Dataset) -> tf.Tensor:
 
 
 def _plain_training_loop(model, optimizer):
-  loop = client_training.build_training_loop(model, optimizer)
+  loop = training_loop.build_training_loop(model, optimizer)
   return lambda start, data, seed: loop(start, data)
 
 
@@ -146,7 +146,7 @@ def build_client_work(
     client_context: Client input `<data=D*, attack=A*>` (see the module
       docstring) instead of `D*`.
     training_loop_fn: `(model, optimizer) -> train(start, data, seed)` with
-      the contract of `client_training.build_training_loop` plus a per-client
+      the contract of `training_loop.build_training_loop` plus a per-client
       seed (int32[2]) for the loop's own randomness: the attack spec's seed
       under `client_context`, else `derived_seed`. Default: plain local
       training. Aequa's sandwich training plugs in here.
@@ -164,12 +164,12 @@ def build_client_work(
             lambda v: tf.TensorSpec.from_tensor(tf.convert_to_tensor(v)),
             probe.report_local_unfinalized_metrics()))
     metric_finalizers = probe.metric_finalizers()
-  data_type = data_type or client_training.data_type_of(model_fn)
+  data_type = data_type or training_loop.data_type_of(model_fn)
   if client_context:
     input_type = collections.OrderedDict(
         data=data_type,
         attack=tff.SequenceType(tff.types.tensorflow_to_type(
-            attacks.attack_spec_type())))
+            update_attacks.attack_spec_type())))
   else:
     input_type = data_type
 
@@ -187,7 +187,7 @@ def build_client_work(
     update = tf.nest.map_structure(
         tf.subtract, initial_weights.trainable, trained['weights'].trainable)
     if client_context:
-      update = attacks.apply_update_attack(update, spec)
+      update = update_attacks.apply_update_attack(update, spec)
     # As TFF's FedAvg: a non-finite update is zeroed and gets no weight.
     update, non_finite = _zero_non_finite(update)
     if client_weighting is ClientWeighting.NUM_EXAMPLES:

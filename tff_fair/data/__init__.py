@@ -1,6 +1,7 @@
 """Data layer: offline loaders, client partitions and TFF client data.
 
-* `sources`: `load_source(name, ...)` -> pooled `Source` arrays.
+* `sources`: a loader module per data set; `load_source(name, ...)`
+  (`sources.registry`) -> pooled `Source` arrays (`sources.source`).
 * `partition`: index partitions (homogeneous, dirichlet, quantity_skew,
   label_skew, natural) and the `partition.partition(kind, ...)` dispatcher.
 * `federated`: `build_federated_data(...)` -> `FederatedData` with per-client
@@ -22,11 +23,11 @@ from tff_fair.data.partition import natural
 from tff_fair.data.partition import PartitionError
 from tff_fair.data.partition import PARTITIONS
 from tff_fair.data.partition import quantity_skew
-from tff_fair.data.sources import DataError
-from tff_fair.data.sources import load_source
-from tff_fair.data.sources import OWN_SOURCE_NAME
-from tff_fair.data.sources import Source
-from tff_fair.data.sources import SOURCE_NAMES
+from tff_fair.data.sources.registry import load_source
+from tff_fair.data.sources.registry import SOURCE_NAMES
+from tff_fair.data.sources.source import DataError
+from tff_fair.data.sources.source import OWN_SOURCE_NAME
+from tff_fair.data.sources.source import Source
 
 _LAZY_FEDERATED = (
     'build_federated_data',

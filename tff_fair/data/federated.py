@@ -45,7 +45,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fair.data import partition as partition_lib
-from tff_fair.data import sources
+from tff_fair.data.sources import source as source_lib
 
 SPLITS = ('train', 'validation', 'test')
 SERVER_SPLITS = ('validation', 'test')
@@ -94,7 +94,7 @@ class FederatedData:
       data was built without them.
   """
 
-  source: sources.Source
+  source: source_lib.Source
   client_ids: tuple[str, ...]
   splits: Mapping[str, ClientSplits]
   partition: str = ''
@@ -399,7 +399,7 @@ def _cap_pool(
 
 
 def _client_names(
-    source: sources.Source, parts: list[np.ndarray], natural: bool
+    source: source_lib.Source, parts: list[np.ndarray], natural: bool
 ) -> tuple[str, ...]:
   if natural:
     return tuple(source.group_names[source.groups[p[0]]] for p in parts)
@@ -408,7 +408,7 @@ def _client_names(
 
 
 def build_federated_data(
-    source: sources.Source,
+    source: source_lib.Source,
     *,
     partition: str,
     num_clients: int | None,

@@ -23,9 +23,9 @@ import tensorflow_federated as tff
 from tff_fair.evaluation import statistics
 from tff_fair.models import model_fns
 
-ModelWeights = tff.learning.models.ModelWeights
-WeightsSource = Union[ModelWeights, Mapping[str, ModelWeights],
-                      Callable[[str], ModelWeights]]
+WeightsSource = Union[tff.learning.models.ModelWeights,
+                      Mapping[str, tff.learning.models.ModelWeights],
+                      Callable[[str], tff.learning.models.ModelWeights]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +72,8 @@ class ClientEvaluator:
     self._input_fn = input_fn or (lambda x: x)
 
   def evaluate(
-      self, weights: ModelWeights, x: np.ndarray, y: np.ndarray
+      self, weights: tff.learning.models.ModelWeights, x: np.ndarray,
+      y: np.ndarray
   ) -> ClientMetrics:
     """Loss, accuracy and balanced accuracy of `weights` on `(x, y)`."""
     return self.evaluate_clients(weights, ['_'], lambda _: (x, y))['_']
@@ -135,8 +136,9 @@ def _metrics(logits: np.ndarray, labels: np.ndarray) -> ClientMetrics:
   )
 
 
-def _weights_for(source: WeightsSource, client_id: str) -> ModelWeights:
-  if isinstance(source, ModelWeights):
+def _weights_for(source: WeightsSource,
+                 client_id: str) -> tff.learning.models.ModelWeights:
+  if isinstance(source, tff.learning.models.ModelWeights):
     return source
   if isinstance(source, Mapping):
     if client_id not in source:

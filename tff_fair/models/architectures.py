@@ -28,8 +28,16 @@ import tensorflow as tf
 ModelBuilder = Callable[[], tf.keras.Model]
 
 
-def _seeded(seed: Optional[int]) -> Callable[[int], Optional[int]]:
-  """Returns a function giving each layer its own seed derived from `seed`."""
+def layer_seeds(seed: Optional[int]) -> Callable[[int], Optional[int]]:
+  """Returns `index -> seed` giving each layer its own initializer seed.
+
+  Layer `index` of a model built with `seed` gets `seed * 1000 + index`, so
+  two models built with the same seed start from the same weights (plain and
+  slimmable architectures alike); `seed=None` leaves initializers unseeded.
+
+  Args:
+    seed: The model's seed, or None.
+  """
   if seed is None:
     return lambda _: None
   return lambda index: seed * 1000 + index
@@ -41,7 +49,7 @@ def lenet(
     seed: Optional[int] = None,
 ) -> tf.keras.Model:
   """LeNet-5 style CNN: conv6-pool-conv16-pool-fc120-fc84-logits."""
-  layer_seed = _seeded(seed)
+  layer_seed = layer_seeds(seed)
   init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
   return tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=tuple(input_shape)),
@@ -66,7 +74,7 @@ def cifar_cnn(
     seed: Optional[int] = None,
 ) -> tf.keras.Model:
   """CIFAR-10 CNN: conv32-pool-conv64-pool-conv64-fc64-logits."""
-  layer_seed = _seeded(seed)
+  layer_seed = layer_seeds(seed)
   init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
   return tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=tuple(input_shape)),
@@ -108,7 +116,7 @@ def two_conv_cnn(
         f'Inputs of shape {tuple(input_shape)} are too small for two 5x5'
         " 'valid' convolutions with pooling (at least 16x16 needed); use"
         ' ditto_cnn (same padding) or lenet.')
-  layer_seed = _seeded(seed)
+  layer_seed = layer_seeds(seed)
   init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
   return tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=tuple(input_shape)),
@@ -135,7 +143,7 @@ def text_cnn(
     seed: Optional[int] = None,
 ) -> tf.keras.Model:
   """Kim (2014) style sentence CNN over token ids (0 is padding)."""
-  layer_seed = _seeded(seed)
+  layer_seed = layer_seeds(seed)
   tokens = tf.keras.Input(shape=(sequence_length,), dtype=tf.int32)
   embedded = tf.keras.layers.Embedding(
       vocab_size,
@@ -174,7 +182,7 @@ def char_lstm(
     seed: Optional[int] = None,
 ) -> tf.keras.Model:
   """TFF's Shakespeare model: per-position next-character logits."""
-  layer_seed = _seeded(seed)
+  layer_seed = layer_seeds(seed)
   glorot = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
   orthogonal = lambda i: tf.keras.initializers.Orthogonal(seed=layer_seed(i))
   return tf.keras.Sequential([

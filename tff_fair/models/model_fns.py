@@ -5,6 +5,8 @@ how to build a fresh Keras model (optionally with seeded initial weights) and
 how to wrap it as a `tff.learning.models.VariableModel` for a given input
 spec. Keeping the builder separate from the TFF wrapper lets evaluation run
 the same architecture as plain Keras, outside any federated computation.
+`build_model_spec` makes one for every architecture, plain
+(`architectures.py`) or slimmable (`slimmable_models.py`).
 """
 
 import collections
@@ -17,9 +19,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fair.models import architectures
+from tff_fair.models import slimmable
+from tff_fair.models import slimmable_models
 
 KerasBuilder = Callable[[Optional[int]], tf.keras.Model]
 
+# The plain architectures; the slimmable ones are slimmable_models.MODEL_NAMES.
 MODEL_NAMES = ('lenet', 'cifar_cnn', 'ditto_cnn', 'fedavg_cnn', 'text_cnn',
                'char_lstm')
 
@@ -83,7 +88,7 @@ class ModelSpec:
   """A model architecture bound to the shape of one data set.
 
   Attributes:
-    name: One of `MODEL_NAMES`.
+    name: One of `MODEL_NAMES` or `slimmable_models.MODEL_NAMES`.
     build_keras: `seed -> tf.keras.Model`, a fresh uncompiled model that
       outputs logits. `seed=None` leaves initializers unseeded.
     input_spec: The batched element spec, `OrderedDict(x=..., y=...)`.
@@ -124,6 +129,42 @@ def batched_input_spec(
   )
 
 
+# How each architecture reads a data set's shapes: the builder's arguments
+# from (x_shape, num_classes, vocab_size).
+def _image_arguments(x_shape, num_classes, vocab_size):
+  del vocab_size  # Images have no vocabulary.
+  return dict(input_shape=x_shape, num_classes=num_classes)
+
+
+def _token_arguments(x_shape, num_classes, vocab_size):
+  return dict(sequence_length=x_shape[0], vocab_size=vocab_size,
+              num_classes=num_classes)
+
+
+def _next_token_arguments(x_shape, num_classes, vocab_size):
+  del num_classes  # One logit per vocabulary entry and position.
+  return dict(sequence_length=x_shape[0], vocab_size=vocab_size)
+
+
+# Name -> (builder taking `seed` and the data's arguments, those arguments).
+_ARCHITECTURES = {
+    'lenet': (architectures.lenet, _image_arguments),
+    'cifar_cnn': (architectures.cifar_cnn, _image_arguments),
+    'ditto_cnn': (functools.partial(architectures.two_conv_cnn,
+                                    hidden_units=1024, padding='same'),
+                  _image_arguments),
+    'fedavg_cnn': (functools.partial(architectures.two_conv_cnn,
+                                     hidden_units=512, padding='valid'),
+                   _image_arguments),
+    'text_cnn': (architectures.text_cnn, _token_arguments),
+    'char_lstm': (architectures.char_lstm, _next_token_arguments),
+    'slimmable_lenet': (slimmable_models.lenet, _image_arguments),
+    'slimmable_cifar_cnn': (slimmable_models.cifar_cnn, _image_arguments),
+    'slimmable_resnet18': (slimmable_models.resnet18, _image_arguments),
+    'slimmable_text_cnn': (slimmable_models.text_cnn, _token_arguments),
+}
+
+
 def build_model_spec(
     name: str,
     *,
@@ -133,10 +174,14 @@ def build_model_spec(
     num_classes: int,
     vocab_size: Optional[int] = None,
 ) -> ModelSpec:
-  """Binds architecture `name` to a data set's shapes.
+  """Binds architecture `name`, plain or slimmable, to a data set's shapes.
+
+  A slimmable architecture's input spec is that of `slimmable.with_width`
+  batches: `OrderedDict(x=OrderedDict(features=..., width=float32 scalar),
+  y=...)`.
 
   Args:
-    name: One of `MODEL_NAMES`.
+    name: One of `MODEL_NAMES` or `slimmable_models.MODEL_NAMES`.
     x_shape: Shape of one example's features (no batch dimension).
     x_dtype: Feature dtype (float32 images, int32 token ids).
     y_shape: Shape of one example's label: `()` for classification, `(L,)`
@@ -150,45 +195,23 @@ def build_model_spec(
   Raises:
     ValueError: For an unknown name or a missing `vocab_size`.
   """
-  if name not in MODEL_NAMES:
+  if name not in _ARCHITECTURES:
     raise ValueError(
-        f'Unknown model {name!r}; choose one of {", ".join(MODEL_NAMES)}.'
+        f'Unknown model {name!r}; choose one of {", ".join(_ARCHITECTURES)}.'
     )
-  if name in ('text_cnn', 'char_lstm') and not vocab_size:
+  build, arguments = _ARCHITECTURES[name]
+  if arguments is not _image_arguments and not vocab_size:
     raise ValueError(
         f'Model {name!r} reads token ids and needs vocab_size; the data set'
         ' does not provide one (is it a text data set?).'
     )
-  if name == 'lenet':
-    builder = functools.partial(
-        architectures.lenet, input_shape=x_shape, num_classes=num_classes
-    )
-  elif name == 'cifar_cnn':
-    builder = functools.partial(
-        architectures.cifar_cnn, input_shape=x_shape, num_classes=num_classes
-    )
-  elif name in ('ditto_cnn', 'fedavg_cnn'):
-    builder = functools.partial(
-        architectures.two_conv_cnn, input_shape=x_shape,
-        num_classes=num_classes,
-        **(dict(hidden_units=1024, padding='same') if name == 'ditto_cnn'
-           else dict(hidden_units=512, padding='valid')))
-  elif name == 'text_cnn':
-    builder = functools.partial(
-        architectures.text_cnn,
-        sequence_length=x_shape[0],
-        vocab_size=vocab_size,
-        num_classes=num_classes,
-    )
-  else:
-    builder = functools.partial(
-        architectures.char_lstm,
-        sequence_length=x_shape[0],
-        vocab_size=vocab_size,
-    )
+  bound = arguments(x_shape, num_classes, vocab_size)
+  input_spec = batched_input_spec(x_shape, x_dtype, y_shape)
+  if name in slimmable_models.MODEL_NAMES:
+    input_spec = slimmable.input_spec_with_width(input_spec)
   return ModelSpec(
       name=name,
-      build_keras=lambda seed: builder(seed=seed),
-      input_spec=batched_input_spec(x_shape, x_dtype, y_shape),
+      build_keras=lambda seed: build(seed=seed, **bound),
+      input_spec=input_spec,
       masks_padding=bool(len(y_shape)),
   )

@@ -17,8 +17,9 @@ data's) and the logits (the classes) never change.
   shortcuts) with GroupNorm in place of BatchNorm: 11,173,962 parameters for
   10 classes, as the BatchNorm version's trainable ones.
 
-`build_model_spec` binds a builder to a data set's shapes as a
-`model_fns.ModelSpec` whose input spec carries the width
+Seeds are per layer, as in `architectures.py` (`architectures.layer_seeds`).
+`model_fns.build_model_spec` binds these builders to a data set's shapes as
+`ModelSpec`s whose input spec carries the width
 (`OrderedDict(x=OrderedDict(features=..., width=[]), y=...)`), so
 `spec.model_fn` works with `tff.learning` processes.
 """
@@ -29,7 +30,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from tff_fair.models import model_fns
+from tff_fair.models import architectures
 from tff_fair.models import slimmable
 
 MODEL_NAMES = (
@@ -38,13 +39,6 @@ MODEL_NAMES = (
     'slimmable_resnet18',
     'slimmable_text_cnn',
 )
-
-
-def _seeded(seed: Optional[int]) -> Callable[[int], Optional[int]]:
-  """Per-layer seeds derived from `seed` (as in `architectures.py`)."""
-  if seed is None:
-    return lambda _: None
-  return lambda index: seed * 1000 + index
 
 
 def _conv_block(
@@ -80,7 +74,7 @@ def lenet(
     norm_groups: Optional[int] = None,
 ) -> slimmable.SlimmableModel:
   """Slimmable LeNet-5: conv6-pool-conv16-pool-fc120-fc84-logits."""
-  layer_seed = _seeded(seed)
+  layer_seed = architectures.layer_seeds(seed)
   init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
   layers = [
       *_conv_block(6, 5, 'same', init(0), norm_groups, slim_input=False),
@@ -111,7 +105,7 @@ def cifar_cnn(
     norm_groups: Optional[int] = None,
 ) -> slimmable.SlimmableModel:
   """Slimmable CIFAR-10 CNN: conv32-pool-conv64-pool-conv64-fc64-logits."""
-  layer_seed = _seeded(seed)
+  layer_seed = architectures.layer_seeds(seed)
   init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
   layers = [
       *_conv_block(32, 3, 'valid', init(0), norm_groups, slim_input=False),
@@ -139,7 +133,7 @@ class _TextCNN(slimmable.SlimmableModel):
   def __init__(self, sequence_length, vocab_size, num_classes, embedding_dim,
                filters, kernel_sizes, seed):
     super().__init__((sequence_length,), tf.int32, name='slimmable_text_cnn')
-    layer_seed = _seeded(seed)
+    layer_seed = architectures.layer_seeds(seed)
     self.embedding = slimmable.SlimmableEmbedding(
         vocab_size,
         embedding_dim,
@@ -234,7 +228,7 @@ class _ResNet18(slimmable.SlimmableModel):
 
   def __init__(self, input_shape, num_classes, norm_groups, seed):
     super().__init__(tuple(input_shape), tf.float32, name='slimmable_resnet18')
-    layer_seed = _seeded(seed)
+    layer_seed = architectures.layer_seeds(seed)
     counter = iter(range(1_000))
     he = lambda: tf.keras.initializers.HeNormal(seed=layer_seed(next(counter)))
     self.stem = slimmable.SlimmableConv2D(
@@ -292,69 +286,3 @@ def resnet18(
   model = _ResNet18(input_shape, num_classes, norm_groups, seed)
   return model.build_at_full_width()
 
-
-def build_model_spec(
-    name: str,
-    *,
-    x_shape: Sequence[int],
-    x_dtype: tf.DType,
-    y_shape: Sequence[int],
-    num_classes: int,
-    vocab_size: Optional[int] = None,
-) -> model_fns.ModelSpec:
-  """Binds slimmable architecture `name` to a data set's shapes.
-
-  Like `model_fns.build_model_spec`, but the input spec is that of
-  `slimmable.with_width` batches: `OrderedDict(x=OrderedDict(features=...,
-  width=float32 scalar), y=...)`.
-
-  Args:
-    name: One of `MODEL_NAMES`.
-    x_shape: Shape of one example's features (no batch dimension).
-    x_dtype: Feature dtype (float32 images, int32 token ids).
-    y_shape: Shape of one example's label (`()`).
-    num_classes: Number of output classes.
-    vocab_size: Number of input tokens, required by `slimmable_text_cnn`.
-
-  Returns:
-    A `model_fns.ModelSpec`.
-
-  Raises:
-    ValueError: For an unknown name or a missing `vocab_size`.
-  """
-  if name not in MODEL_NAMES:
-    raise ValueError(
-        f'Unknown slimmable model {name!r}; choose one of'
-        f' {", ".join(MODEL_NAMES)}.'
-    )
-  if name == 'slimmable_text_cnn' and not vocab_size:
-    raise ValueError(
-        f'Model {name!r} reads token ids and needs vocab_size; the data set'
-        ' does not provide one (is it a text data set?).'
-    )
-  if name == 'slimmable_lenet':
-    builder = functools.partial(
-        lenet, input_shape=x_shape, num_classes=num_classes
-    )
-  elif name == 'slimmable_cifar_cnn':
-    builder = functools.partial(
-        cifar_cnn, input_shape=x_shape, num_classes=num_classes
-    )
-  elif name == 'slimmable_resnet18':
-    builder = functools.partial(
-        resnet18, input_shape=x_shape, num_classes=num_classes
-    )
-  else:
-    builder = functools.partial(
-        text_cnn,
-        sequence_length=x_shape[0],
-        vocab_size=vocab_size,
-        num_classes=num_classes,
-    )
-  return model_fns.ModelSpec(
-      name=name,
-      build_keras=lambda seed: builder(seed=seed),
-      input_spec=slimmable.input_spec_with_width(
-          model_fns.batched_input_spec(x_shape, x_dtype, y_shape)
-      ),
-  )

@@ -38,12 +38,12 @@ import io
 import json
 import os
 import re
-import tempfile
 from typing import Any, Optional
 
 import numpy as np
 
 from tff_fair import errors
+from tff_fair import files
 
 _MANIFEST_PATTERN = re.compile(r'^v(\d+)\.json$')
 _VERSION_PATTERN = re.compile(r'^v(\d+)\.npz$')
@@ -78,22 +78,6 @@ def _client_key(client_id: str) -> str:
   safe = re.sub(r'[^A-Za-z0-9_.-]', '_', client_id)[:80]
   digest = hashlib.sha256(client_id.encode('utf-8')).hexdigest()[:12]
   return f'{safe}-{digest}'
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-  directory = os.path.dirname(path)
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=directory, suffix='.tmp')
-  try:
-    with os.fdopen(fd, 'wb') as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
 
 
 class ClientStateStore:
@@ -229,7 +213,8 @@ class ClientStateStore:
     buffer = io.BytesIO()
     np.savez(buffer, **{f'a{i}': a for i, a in enumerate(arrays)})
     data = buffer.getvalue()
-    _write_atomically(self._file(client_id, version), data)
+    files.write_atomically(self._file(client_id, version),
+                           lambda f: f.write(data), binary=True)
     self._pending[client_id] = _Entry(
         version, hashlib.sha256(data).hexdigest(), dict(metadata or {}))
 
@@ -244,8 +229,8 @@ class ClientStateStore:
             for cid, e in sorted(entries.items())
         },
     }
-    _write_atomically(self._manifest(version),
-                      json.dumps(manifest).encode('utf-8'))
+    files.write_atomically(self._manifest(version),
+                           lambda f: json.dump(manifest, f))
     self._entries, self._pending, self._version = entries, {}, version
 
   def prune(self, version: int, updated: Iterable[str] = (),

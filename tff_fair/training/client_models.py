@@ -17,13 +17,11 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_fair import files
 from tff_fair.state import client_store
-from tff_fair.training import files
-
-ModelWeights = tff.learning.models.ModelWeights
 
 
-def _to_arrays(weights: ModelWeights) -> list[np.ndarray]:
+def _to_arrays(weights: tff.learning.models.ModelWeights) -> list[np.ndarray]:
   return [np.asarray(w) for w in (*weights.trainable, *weights.non_trainable)]
 
 
@@ -34,7 +32,7 @@ class ClientModelStore:
     root: Directory of the store.
   """
 
-  def __init__(self, root: str, template: ModelWeights):
+  def __init__(self, root: str, template: tff.learning.models.ModelWeights):
     """Creates or opens the store under `root`.
 
     Args:
@@ -54,19 +52,22 @@ class ClientModelStore:
     """The rounds whose state can be opened."""
     return client_store.committed_versions(self.root)
 
-  def weights(self, client_id: str) -> Optional[ModelWeights]:
+  def weights(self, client_id: str
+              ) -> Optional[tff.learning.models.ModelWeights]:
     """The client's model, or None if it has none yet."""
     arrays = self._store.read(client_id)
     if arrays is None:
       return None
-    return ModelWeights(trainable=arrays[:self._num_trainable],
-                        non_trainable=arrays[self._num_trainable:])
+    return tff.learning.models.ModelWeights(
+        trainable=arrays[:self._num_trainable],
+        non_trainable=arrays[self._num_trainable:])
 
   def metadata(self, client_id: str) -> Optional[dict[str, Any]]:
     """The metadata written with the client's model (None: no model)."""
     return self._store.metadata(client_id)
 
-  def write(self, client_id: str, weights: ModelWeights, round_num: int,
+  def write(self, client_id: str, weights: tff.learning.models.ModelWeights,
+            round_num: int,
             metadata: Optional[Mapping[str, Any]] = None) -> None:
     """Stores the client's model of `round_num` (pending `commit`)."""
     self._store.write(client_id, _to_arrays(weights), round_num,
@@ -93,14 +94,14 @@ class ClientModelStore:
     self._updated = []
 
   def lookup(
-      self, global_weights: ModelWeights
-  ) -> Callable[[str], ModelWeights]:
+      self, global_weights: tff.learning.models.ModelWeights
+  ) -> Callable[[str], tff.learning.models.ModelWeights]:
     """For evaluation: a client's model, else the global model.
 
     Only for reports that say so: a client never trained has no model of
     its own, and its global model must not be counted as one.
     """
-    def weights_for(client_id: str) -> ModelWeights:
+    def weights_for(client_id: str) -> tff.learning.models.ModelWeights:
       weights = self.weights(client_id)
       return global_weights if weights is None else weights
 

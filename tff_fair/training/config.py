@@ -20,7 +20,7 @@ import os
 from typing import Any, Optional
 
 from tff_fair import errors
-from tff_fair.training import files
+from tff_fair import files
 
 PARTITIONS = ('homogeneous', 'dirichlet', 'quantity_skew', 'label_skew',
               'natural')

@@ -31,6 +31,7 @@ from absl import logging
 import tensorflow_federated as tff
 
 from tff_fair.algorithms import fed_avg
+from tff_fair.algorithms import update_attacks
 from tff_fair import attacks
 from tff_fair.evaluation import per_client
 from tff_fair.training import config as config_lib
@@ -254,7 +255,7 @@ class Trainer:
     """A client's attack and seed input for one round."""
     kind = (self.config.attack if client_id in self.malicious
             else attacks.NONE)
-    return attacks.attack_spec(
+    return update_attacks.attack_spec(
         kind, self.config.attack_scale,
         seed=sampling.shuffle_seed(self.config.seed, round_num, 0,
                                    stream=CLIENT_SEED_STREAM),

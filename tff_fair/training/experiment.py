@@ -150,25 +150,17 @@ def model_spec_for(
     )
   x_dtype = tf.int32 if source.x.dtype.kind in 'iu' else tf.float32
   plain_name = name.removeprefix('slimmable_')
-  if not slimmable and plain_name not in model_fns.MODEL_NAMES:
-    # Only a slimmable version exists (resnet18): at full width, without a
-    # width input, it is the plain architecture.
-    spec = model_spec_for(source, name, slimmable=True)
-    return dataclasses.replace(spec, input_spec=model_fns.batched_input_spec(
-        source.x.shape[1:], x_dtype, source.y.shape[1:]))
   if slimmable:
-    slim_name = f'slimmable_{name.removeprefix("slimmable_")}'
-    if slim_name not in slimmable_models.MODEL_NAMES:
+    spec_name = f'slimmable_{plain_name}'
+    if spec_name not in slimmable_models.MODEL_NAMES:
       raise config_lib.ConfigError(
           f'Model {name!r} has no slimmable version; a slimmable algorithm'
           ' needs one of'
           f' {", ".join(slimmable_models.MODEL_NAMES)}.')
-    return slimmable_models.build_model_spec(
-        slim_name, x_shape=source.x.shape[1:], x_dtype=x_dtype,
-        y_shape=source.y.shape[1:], num_classes=source.num_classes,
-        vocab_size=source.metadata.get('num_tokens') or source.num_classes)
-  return model_fns.build_model_spec(
-      name,
+  else:
+    spec_name = plain_name if plain_name in model_fns.MODEL_NAMES else name
+  spec = model_fns.build_model_spec(
+      spec_name,
       x_shape=source.x.shape[1:],
       x_dtype=x_dtype,
       y_shape=source.y.shape[1:],
@@ -176,6 +168,12 @@ def model_spec_for(
       # Token vocabulary: SST-2 records it; for characters it is the classes.
       vocab_size=source.metadata.get('num_tokens') or source.num_classes,
   )
+  if not slimmable and spec_name in slimmable_models.MODEL_NAMES:
+    # Only a slimmable version exists (resnet18): at full width, without a
+    # width input, it is the plain architecture.
+    spec = dataclasses.replace(spec, input_spec=model_fns.batched_input_spec(
+        source.x.shape[1:], x_dtype, source.y.shape[1:]))
+  return spec
 
 
 def _describe_inputs(source: 'data_lib.Source') -> str:

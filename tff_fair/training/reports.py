@@ -16,8 +16,8 @@ from typing import Any
 from absl import logging
 import numpy as np
 
+from tff_fair import files
 from tff_fair.evaluation import per_client
-from tff_fair.training import files
 
 ClientMetrics = per_client.ClientMetrics
 TRAIN_PREFIX = 'client_work/train/'

@@ -33,13 +33,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_fair import files
 from tff_fair.evaluation import per_client
 from tff_fair.fairness import allocation as allocation_lib
 from tff_fair.fairness import metrics as fairness_metrics
 from tff_fair.models import slimmable
-from tff_fair.training import files
-
-ModelWeights = tff.learning.models.ModelWeights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,8 +74,8 @@ def width_evaluator(build_keras, width: float) -> per_client.ClientEvaluator:
 
 
 def width_accuracy_curve(
-    build_keras, weights: ModelWeights, widths: Sequence[float],
-    x: np.ndarray, y: np.ndarray,
+    build_keras, weights: tff.learning.models.ModelWeights,
+    widths: Sequence[float], x: np.ndarray, y: np.ndarray,
 ) -> np.ndarray:
   """Accuracy of `weights` at each width on `(x, y)`."""
   return np.array([
@@ -87,7 +85,7 @@ def width_accuracy_curve(
 
 def assign_rewards(
     build_keras,
-    weights: ModelWeights,
+    weights: tff.learning.models.ModelWeights,
     widths: Sequence[float],
     held_out: tuple[np.ndarray, np.ndarray],
     contributions: Mapping[str, float],

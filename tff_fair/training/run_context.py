@@ -17,7 +17,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fair import attacks
-from tff_fair.algorithms import local_training
+from tff_fair.algorithms import per_client_training
 from tff_fair.evaluation import per_client
 from tff_fair.runtime import remote
 from tff_fair.training import client_models
@@ -119,7 +119,7 @@ class RunContext:
     """
     config = self.config
     logging.info('Training every client alone for %d epoch(s).', epochs)
-    computation = local_training.build_local_training(
+    computation = per_client_training.build_per_client_training(
         self.experiment.plain_model_spec.model_fn,
         experiment_lib.build_optimizer(
             config.client_optimizer, config.client_learning_rate),
@@ -149,8 +149,9 @@ class RunContext:
     """`client_ids` without the malicious clients."""
     return [cid for cid in client_ids if cid not in self.malicious]
 
-  def client_model_store(self, name: str, template: tff.learning.models.ModelWeights
-                    ) -> client_models.ClientModelStore:
+  def client_model_store(
+      self, name: str, template: tff.learning.models.ModelWeights
+  ) -> client_models.ClientModelStore:
     """The run's store of per-client models `<output_dir>/<name>/`.
 
     The driver opens it at the round it resumes from, commits each round's

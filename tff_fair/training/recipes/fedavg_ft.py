@@ -40,7 +40,8 @@ class FedAvgFineTuning(fedavg.FedAvg):
     logging.info('Fine-tuning the global model on every client for %d'
                  ' epoch(s).', self.settings.finetune_epochs)
     # A tag past the last round: shuffles of their own.
-    evaluations['fine_tuned'] = self.context.evaluate(self.context.train_locally(
+    fine_tuned = self.context.train_locally(
         global_weights, self.settings.finetune_epochs,
-        tag=self.config.rounds + 1), plain=True)
+        tag=self.config.rounds + 1)
+    evaluations['fine_tuned'] = self.context.evaluate(fine_tuned, plain=True)
     return evaluations

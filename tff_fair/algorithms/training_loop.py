@@ -25,8 +25,6 @@ from typing import Any, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-ModelWeights = tff.learning.models.ModelWeights
-
 
 def build_training_loop(
     model: tff.learning.models.VariableModel,
@@ -49,7 +47,7 @@ def build_training_loop(
     (or averaged) weights, the mean loss over batches (each measured before
     its step), the examples seen and the model's unfinalized metrics.
   """
-  weights = ModelWeights.from_model(model)
+  weights = tff.learning.models.ModelWeights.from_model(model)
   trainable = tuple(tf.nest.flatten(weights.trainable))
   specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
 
@@ -86,7 +84,7 @@ def build_training_loop(
     _, loss_sum, batches, examples, average = data.reduce(initial, step)
     result = tf.nest.map_structure(tf.identity, weights)
     if average_iterates:
-      result = ModelWeights(
+      result = tff.learning.models.ModelWeights(
           trainable=tf.nest.pack_sequence_as(weights.trainable,
                                              list(average)),
           non_trainable=result.non_trainable)

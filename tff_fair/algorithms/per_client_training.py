@@ -1,4 +1,4 @@
-"""Local training of one model per client: fine-tuning and standalone.
+"""Training one model per client, each alone: fine-tuning and standalone.
 
 Two baselines of the source documents are the same computation started from
 different weights:
@@ -8,7 +8,7 @@ different weights:
 * Standalone: every client trains alone from the common initial model, with
   the budget of local steps it would have had in federated training.
 
-`build_local_training` returns a federated computation
+`build_per_client_training` returns a federated computation
 
     (<w@SERVER, {D*}@CLIENTS> -> {w_k}@CLIENTS)
 
@@ -23,12 +23,10 @@ from collections.abc import Callable
 
 import tensorflow_federated as tff
 
-from tff_fair.algorithms import client_training
-
-ModelWeights = tff.learning.models.ModelWeights
+from tff_fair.algorithms import training_loop
 
 
-def build_local_train_fn(
+def build_client_train_fn(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     optimizer: tff.learning.optimizers.Optimizer,
     epochs: int,
@@ -39,15 +37,15 @@ def build_local_train_fn(
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
 
   @tff.tensorflow.computation(weights_type,
-                              client_training.data_type_of(model_fn))
+                              training_loop.data_type_of(model_fn))
   def train(initial_weights, data):
-    loop = client_training.build_training_loop(model_fn(), optimizer)
+    loop = training_loop.build_training_loop(model_fn(), optimizer)
     return loop(initial_weights, data.repeat(epochs))['weights']
 
   return train
 
 
-def build_local_training(
+def build_per_client_training(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     optimizer: tff.learning.optimizers.Optimizer,
     epochs: int,
@@ -63,7 +61,7 @@ def build_local_training(
   Returns:
     A `tff.Computation`; see the module docstring.
   """
-  train = build_local_train_fn(model_fn, optimizer, epochs)
+  train = build_client_train_fn(model_fn, optimizer, epochs)
   weights_type = train.type_signature.parameter[0]
   data_type = train.type_signature.parameter[1]
 
@@ -71,9 +69,9 @@ def build_local_training(
       tff.FederatedType(weights_type, tff.SERVER),
       tff.FederatedType(data_type, tff.CLIENTS),
   )
-  def local_training(weights, client_data):
+  def train_each_client(weights, client_data):
     return tff.federated_map(
         train, (tff.federated_broadcast(weights), client_data)
     )
 
-  return local_training
+  return train_each_client

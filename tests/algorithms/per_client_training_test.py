@@ -1,4 +1,4 @@
-"""Local training (fine-tuning / standalone) on real digits."""
+"""Per-client training (fine-tuning / standalone) on real digits."""
 
 import collections
 
@@ -8,7 +8,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tff_test_utils
-from tff_fair.algorithms import local_training
+from tff_fair.algorithms import per_client_training
 from tff_fair.evaluation import per_client
 from tff_fair.models import model_fns
 
@@ -27,7 +27,7 @@ def _dataset(x, y):
       collections.OrderedDict(x=x, y=y)).batch(16)
 
 
-class LocalTrainingTest(tff_test_utils.TffTestCase):
+class PerClientTrainingTest(tff_test_utils.TffTestCase):
 
   def setUp(self):
     super().setUp()
@@ -37,7 +37,7 @@ class LocalTrainingTest(tff_test_utils.TffTestCase):
     self.evaluator = per_client.ClientEvaluator(self.spec.build_keras)
 
   def test_type_signature(self):
-    comp = local_training.build_local_training(
+    comp = per_client_training.build_per_client_training(
         self.spec.model_fn, tff.learning.optimizers.build_sgdm(0.1), 1)
     self.assertEqual(comp.type_signature.parameter[0].placement, tff.SERVER)
     self.assertEqual(comp.type_signature.parameter[1].placement, tff.CLIENTS)
@@ -46,7 +46,7 @@ class LocalTrainingTest(tff_test_utils.TffTestCase):
 
   def test_each_client_fits_its_own_data(self):
     arrays = _client_arrays(num_clients=3, per_client_examples=150)
-    comp = local_training.build_local_training(
+    comp = per_client_training.build_per_client_training(
         self.spec.model_fn, tff.learning.optimizers.build_adam(0.01), 8)
     initial = self.spec.initial_weights(seed=3)
     trained = comp(initial, [_dataset(*a) for a in arrays])
@@ -61,7 +61,7 @@ class LocalTrainingTest(tff_test_utils.TffTestCase):
 
   def test_same_data_same_model_and_order_kept(self):
     (x, y), = _client_arrays(num_clients=1, per_client_examples=64)
-    comp = local_training.build_local_training(
+    comp = per_client_training.build_per_client_training(
         self.spec.model_fn, tff.learning.optimizers.build_sgdm(0.05), 1)
     initial = self.spec.initial_weights(seed=0)
     a, b, c = comp(initial, [_dataset(x, y), _dataset(x[:1], y[:1]),
@@ -71,7 +71,7 @@ class LocalTrainingTest(tff_test_utils.TffTestCase):
 
   def test_epochs_must_be_positive(self):
     with self.assertRaisesRegex(ValueError, 'epochs must be >= 1'):
-      local_training.build_local_training(
+      per_client_training.build_per_client_training(
           self.spec.model_fn, tff.learning.optimizers.build_sgdm(0.1), 0)
 
 
