@@ -15,6 +15,7 @@ from tff_fair.training.recipes import aequa
 from tff_fair.training.recipes import ditto
 from tff_fair.training.recipes import fedavg
 from tff_fair.training.recipes import fedavg_ft
+from tff_fair.training.recipes import fedprox
 from tff_fair.training.recipes import recipe
 from tff_fair.training.recipes import standalone
 
@@ -24,6 +25,7 @@ RECIPES: dict[str, type[recipe.Recipe]] = {r.name: r for r in (
     standalone.Standalone,
     ditto.Ditto,
     aequa.Aequa,
+    fedprox.FedProx,
 )}
 DEFAULT_ALGORITHM = 'fedavg'
 # Update attacks act inside a client computation with client context.
