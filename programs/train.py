@@ -26,6 +26,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from tff_fair import attacks
 from tff_fair import errors
 from tff_fair.runtime import execution
 from tff_fair.runtime import remote
@@ -121,7 +122,7 @@ flags.DEFINE_enum('aggregator', _DEFAULTS.aggregator, config_lib.AGGREGATORS,
                   'Aggregation of the global model\'s client updates.')
 flags.DEFINE_float('dp_noise_multiplier', _DEFAULTS.dp_noise_multiplier,
                    'Noise multiplier of --aggregator=dp.')
-flags.DEFINE_enum('attack', _DEFAULTS.attack, config_lib.ATTACKS,
+flags.DEFINE_enum('attack', _DEFAULTS.attack, attacks.ATTACKS,
                   'Byzantine attack of the malicious clients.')
 flags.DEFINE_float('malicious_fraction', _DEFAULTS.malicious_fraction,
                    'Fraction of clients that attack.')

@@ -55,11 +55,14 @@ class AttackConfig:
       raise ValueError(
           'malicious_fraction must be in [0, 1), got'
           f' {self.malicious_fraction}.')
-    if self.kind != NONE and self.malicious_fraction == 0.0:
+    if (self.kind == NONE) != (self.malicious_fraction == 0.0):
       raise ValueError(
-          f'Attack {self.kind!r} needs malicious_fraction > 0.')
+          'An attack needs malicious_fraction > 0, and malicious_fraction > 0'
+          f' needs an attack; got attack={self.kind!r},'
+          f' malicious_fraction={self.malicious_fraction}.')
     if not np.isfinite(self.scale):
-      raise ValueError(f'scale must be finite, got {self.scale}.')
+      raise ValueError(
+          f'attack_scale must be a finite number, got {self.scale}.')
 
 
 def choose_malicious(

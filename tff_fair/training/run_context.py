@@ -45,10 +45,8 @@ class RunContext:
     self.experiment = experiment
     self.config = config = experiment.config
     client_ids = experiment.data.client_ids
-    attack = attacks.AttackConfig(
-        kind=config.attack, malicious_fraction=config.malicious_fraction,
-        scale=config.attack_scale, seed=config.seed)
-    self.malicious = attacks.choose_malicious(client_ids, attack)
+    self.malicious = attacks.choose_malicious(client_ids,
+                                              config.attack_config())
     self.poisoned = (self.malicious if config.attack ==
                      attacks.LABEL_POISONING else frozenset())
     self.client_index = {cid: i for i, cid in enumerate(client_ids)}
