@@ -28,6 +28,7 @@ from absl import logging
 
 from tff_fair import attacks
 from tff_fair import errors
+from tff_fair.models import names as model_names
 from tff_fair.runtime import execution
 from tff_fair.runtime import remote
 from tff_fair.training import config as config_lib
@@ -108,10 +109,10 @@ flags.DEFINE_enum('server_optimizer', _DEFAULTS.server_optimizer,
 flags.DEFINE_float('server_learning_rate', _DEFAULTS.server_learning_rate,
                    'Server learning rate.')
 flags.DEFINE_string(
-    'model', '', 'Architecture: one of ' + ', '.join(config_lib.PLAIN_MODELS)
+    'model', '', 'Architecture: one of ' + ', '.join(model_names.PLAIN_MODELS)
     + '; for --algorithm=' + ' or '.join(
         name for name in registry.names() if registry.get(name).slimmable)
-    + ' one of ' + ', '.join(config_lib.SLIMMABLE_MODELS)
+    + ' one of ' + ', '.join(model_names.SLIMMABLE_MODELS)
     + ' (default: the data set\'s: ' + config_lib.dataset_defaults_help('model')
     + ').')
 flags.DEFINE_integer('eval_every', _DEFAULTS.eval_every,

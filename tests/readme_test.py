@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from tff_fair import data
 # Replaces TFF's import-time context, whose clean-up fails at exit.
+from tff_fair.models import names as model_names
 from tff_fair.runtime import local  # pylint: disable=unused-import
 from tff_fair.training import config
 from tff_fair.training import experiment
@@ -68,7 +69,7 @@ class ReadmeExampleTest(absltest.TestCase):
     with self.assertRaisesRegex(
         config.ConfigError,
         "No default model for data set 'own_data'; pass model_name .*"
-        + ', '.join(config.PLAIN_MODELS)):
+        + ', '.join(model_names.PLAIN_MODELS)):
       experiment.model_spec_for(source)
 
   def test_ditto_example_personalizes(self):

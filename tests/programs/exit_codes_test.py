@@ -5,6 +5,7 @@ from absl.testing import absltest
 from programs import train
 from tff_fair import data as data_lib
 from tff_fair import errors
+from tff_fair.models import names as model_names
 from tff_fair.runtime import remote
 from tff_fair.state import client_store
 from tff_fair.training import config as config_lib
@@ -35,7 +36,7 @@ class FlagHelpTest(absltest.TestCase):
   def test_model_help_lists_every_model(self):
     # What --helpfull prints for --model.
     help_text = train.FLAGS['model'].help
-    for name in config_lib.MODELS:
+    for name in model_names.MODELS:
       self.assertRegex(help_text, rf'\b{name}\b')
 
 

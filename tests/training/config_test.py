@@ -3,12 +3,15 @@
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from tff_fair.data import partition
+from tests import tff_test_utils
 from tff_fair import errors
+from tff_fair.data import partition
 from tff_fair.data.sources import registry as source_registry
 from tff_fair.training import config as config_lib
 from tff_fair.training.recipes import registry
@@ -159,13 +162,15 @@ class RunConfigTest(parameterized.TestCase):
     self.assertEqual(config_lib.KAPPA_SCOPES,
                      partition.QUANTITY_KAPPA_SCOPES)
 
-  def test_model_names_match_the_model_layer(self):
-    # Imported here: the config module itself must not need TensorFlow.
-    from tff_fair.models import model_fns  # pylint: disable=g-import-not-at-top
-    from tff_fair.models import slimmable_models  # pylint: disable=g-import-not-at-top
-    self.assertEqual(config_lib.PLAIN_MODELS, model_fns.MODEL_NAMES)
-    self.assertEqual(config_lib.SLIMMABLE_MODELS,
-                     slimmable_models.MODEL_NAMES)
+  def test_config_imports_no_tensorflow(self):
+    # Settings are checked before TensorFlow's slow start-up.
+    code = ('import sys; import tff_fair.training.config;'
+            ' print(sorted(m for m in sys.modules'
+            " if m.split('.')[0] in ('tensorflow', 'tensorflow_federated')))")
+    result = subprocess.run([sys.executable, '-c', code], check=True,
+                            capture_output=True, text=True,
+                            env=tff_test_utils.subprocess_env())
+    self.assertEqual(result.stdout.strip(), '[]')
 
   def test_seed_range(self):
     self._config(seed=config_lib.MAX_SEED)

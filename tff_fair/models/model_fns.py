@@ -19,14 +19,14 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fair.models import architectures
+from tff_fair.models import names
 from tff_fair.models import slimmable
 from tff_fair.models import slimmable_models
 
 KerasBuilder = Callable[[Optional[int]], tf.keras.Model]
 
 # The plain architectures; the slimmable ones are slimmable_models.MODEL_NAMES.
-MODEL_NAMES = ('lenet', 'cifar_cnn', 'ditto_cnn', 'fedavg_cnn', 'text_cnn',
-               'char_lstm')
+MODEL_NAMES = names.PLAIN_MODELS
 
 # Label of padding in sequence targets (TFF's Shakespeare pad id).
 PAD_LABEL = 0

@@ -31,14 +31,10 @@ from typing import Optional
 import tensorflow as tf
 
 from tff_fair.models import architectures
+from tff_fair.models import names
 from tff_fair.models import slimmable
 
-MODEL_NAMES = (
-    'slimmable_lenet',
-    'slimmable_cifar_cnn',
-    'slimmable_resnet18',
-    'slimmable_text_cnn',
-)
+MODEL_NAMES = names.SLIMMABLE_MODELS
 
 
 def _conv_block(

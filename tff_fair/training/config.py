@@ -22,6 +22,7 @@ from typing import Any, Optional
 from tff_fair import attacks
 from tff_fair import errors
 from tff_fair import files
+from tff_fair.models import names as model_names
 
 PARTITIONS = ('homogeneous', 'dirichlet', 'quantity_skew', 'label_skew',
               'natural')
@@ -35,13 +36,6 @@ KAPPA_SCOPES = ('shared', 'each')
 # The names of tff_fair.data.SOURCE_NAMES (kept here: config imports no TF).
 DATASETS = ('fashion_mnist', 'mnist', 'cifar10', 'femnist', 'shakespeare',
             'sst2', 'digits')
-# The names of tff_fair.models.model_fns.MODEL_NAMES and
-# slimmable_models.MODEL_NAMES (kept here: config imports no TF).
-PLAIN_MODELS = ('lenet', 'cifar_cnn', 'ditto_cnn', 'fedavg_cnn', 'text_cnn',
-                'char_lstm')
-SLIMMABLE_MODELS = ('slimmable_lenet', 'slimmable_cifar_cnn',
-                    'slimmable_resnet18', 'slimmable_text_cnn')
-MODELS = PLAIN_MODELS + SLIMMABLE_MODELS
 # Layer initializers are seeded with seed * 1000 + layer (an int64): larger
 # seeds cannot be converted.
 MAX_SEED = (2**63 - 1) // 1000 - 1
@@ -256,9 +250,10 @@ class RunConfig:
       raise ConfigError(
           f'seed must be in [0, {MAX_SEED}], got {self.seed}; pick a smaller'
           ' seed.')
-    if self.model and self.model not in MODELS:
+    if self.model and self.model not in model_names.MODELS:
       raise ConfigError(
-          f'Unknown model {self.model!r}; choose one of {", ".join(MODELS)}'
+          f'Unknown model {self.model!r}; choose one of'
+          f' {", ".join(model_names.MODELS)}'
           " (or leave --model empty for the data set's default).")
     if self.clients_per_round > self.num_clients:
       raise ConfigError(

@@ -17,6 +17,7 @@ import tensorflow_federated as tff
 from tff_fair import data as data_lib
 from tff_fair import errors
 from tff_fair.models import model_fns
+from tff_fair.models import names as model_names
 from tff_fair.models import slimmable_models
 from tff_fair.training import config as config_lib
 
@@ -133,7 +134,7 @@ def model_spec_for(
 
   Args:
     source: The data; its name picks the default architecture.
-    model_name: One of `config.PLAIN_MODELS` (`config.SLIMMABLE_MODELS` with
+    model_name: One of `models.names.PLAIN_MODELS` (`SLIMMABLE_MODELS` with
       `slimmable`); required for a source of your own, which has no default.
     slimmable: Whether to build the slimmable version.
 
@@ -142,8 +143,8 @@ def model_spec_for(
   """
   name = model_name or DEFAULT_MODELS.get(source.name)
   if name is None:
-    names = (config_lib.SLIMMABLE_MODELS if slimmable
-             else config_lib.PLAIN_MODELS)
+    names = (model_names.SLIMMABLE_MODELS if slimmable
+             else model_names.PLAIN_MODELS)
     raise config_lib.ConfigError(
         f'No default model for data set {source.name!r}; pass model_name'
         f' (--model in programs.train), one of {", ".join(names)}.'

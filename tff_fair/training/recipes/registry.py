@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from tff_fair import attacks
+from tff_fair.models import names as model_names
 from tff_fair.training import config as config_lib
 from tff_fair.training.recipes import aequa
 from tff_fair.training.recipes import ditto
@@ -93,12 +94,12 @@ def make_config(**values: Any) -> config_lib.RunConfig:
   foreign = {k: values.pop(k) for k in list(values) if k in others}
   config = config_lib.RunConfig(
       algorithm=name, settings=recipe_type.Settings(**own), **values)
-  if config.model in config_lib.SLIMMABLE_MODELS and not recipe_type.slimmable:
+  if config.model in model_names.SLIMMABLE_MODELS and not recipe_type.slimmable:
     slimmable = [n for n, r in RECIPES.items() if r.slimmable]
     raise config_lib.ConfigError(
         f'--model={config.model} is a slimmable architecture for'
         f' --algorithm={" or ".join(slimmable)}; with --algorithm={name}'
-        f' choose one of {", ".join(config_lib.PLAIN_MODELS)}.')
+        f' choose one of {", ".join(model_names.PLAIN_MODELS)}.')
   if config.attack in _UPDATE_ATTACKS and not recipe_type.client_context:
     raise config_lib.ConfigError(
         f'--attack={config.attack} changes client updates inside the'
