@@ -9,7 +9,7 @@ only what is its own.
 
 from collections.abc import Sequence
 import os
-from typing import Optional
+from typing import Any, Optional, Union
 
 from absl import logging
 import numpy as np
@@ -20,6 +20,7 @@ from tff_fair import attacks
 from tff_fair.algorithms import per_client_training
 from tff_fair.evaluation import per_client
 from tff_fair.runtime import remote
+from tff_fair.state import round_state
 from tff_fair.training import client_models
 from tff_fair.training import experiment as experiment_lib
 from tff_fair.training import sampling
@@ -54,7 +55,8 @@ class RunContext:
         experiment.model_spec.build_keras)
     self.plain_evaluator = per_client.ClientEvaluator(
         experiment.plain_model_spec.build_keras)
-    self._stores: dict[str, client_models.ClientModelStore] = {}
+    self._stores: dict[str, Union[client_models.ClientModelStore,
+                                  round_state.RoundStateStore]] = {}
     self._logs: list[client_models.RoundLog] = []
 
   @property
@@ -164,6 +166,21 @@ class RunContext:
     self._stores[name] = store
     return store
 
+  def round_state_store(self, name: str, initial: Any = None
+                        ) -> round_state.RoundStateStore:
+    """The run's store of one JSON value per round `<output_dir>/<name>/`.
+
+    For what a recipe keeps between rounds besides models (e.g. a
+    contribution tracker's state); versioned with the checkpoints like
+    `client_model_store` (declare `name` in `client_state_dirs` too).
+    """
+    if name in self._stores:
+      raise ValueError(f'State store {name!r} is already open.')
+    store = round_state.RoundStateStore(
+        os.path.join(self.config.output_dir, name), initial)
+    self._stores[name] = store
+    return store
+
   def round_log(self, file_name: str, fields: Sequence[str]
                 ) -> client_models.RoundLog:
     """A per-round CSV `<output_dir>/<file_name>` the driver keeps in step.
@@ -177,8 +194,13 @@ class RunContext:
     return log
 
   @property
-  def stores(self) -> dict[str, client_models.ClientModelStore]:
-    """The stores the recipe opened, by name (for the driver)."""
+  def stores(self) -> dict[str, Union[client_models.ClientModelStore,
+                                      round_state.RoundStateStore]]:
+    """The stores the recipe opened, by name (for the driver).
+
+    Each has `open(round)`, `commit(round)`, `prune(round, keep)` and
+    `committed_versions()`.
+    """
     return dict(self._stores)
 
   @property
