@@ -30,7 +30,6 @@ from typing import Any, Optional
 from absl import logging
 import tensorflow_federated as tff
 
-from tff_fair.algorithms import fed_avg
 from tff_fair.algorithms import update_attacks
 from tff_fair import attacks
 from tff_fair.evaluation import per_client
@@ -201,9 +200,11 @@ class Trainer:
       # round starts from.
       self.recipe.before_round(state, sampled, round_num, datasets)
       if self.recipe.client_context:
-        datasets = [fed_avg.client_input(ds, self._client_spec(cid, round_num))
-                    for cid, ds in zip(sampled, datasets)]
-      output = self.process.next(state, datasets)
+        datasets = [
+            self.recipe.client_input(cid, ds,
+                                     self._client_spec(cid, round_num))
+            for cid, ds in zip(sampled, datasets)]
+      output = self.recipe.run_round(self.process, state, datasets)
       state = output.state
       released = reports.training_metrics(output.metrics)
       released.update(self.recipe.after_round(round_num))

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_fair.algorithms import fed_avg
 from tff_fair.evaluation import per_client
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
@@ -148,6 +149,33 @@ class Recipe:
       round_num: The round about to train.
       datasets: The clients' data of the global update, in order.
     """
+
+  def client_input(self, client_id: str, dataset: tf.data.Dataset,
+                   attack: Any) -> Any:
+    """One client's input to `next` when `client_context` is on.
+
+    Args:
+      client_id: The client.
+      dataset: Its data for the round.
+      attack: Its attack spec and seed (`update_attacks.attack_spec`).
+
+    Returns:
+      By default `fed_avg.client_input(dataset, attack)`; a recipe whose
+      process takes more per client (e.g. a width) builds that here.
+    """
+    del client_id  # The same for every client by default.
+    return fed_avg.client_input(dataset, attack)
+
+  def run_round(self, process: tff.learning.templates.LearningProcess,
+                state: Any, client_inputs: Sequence[Any]
+                ) -> tff.learning.templates.LearningProcessOutput:
+    """The round's federated computation: `process.next` by default.
+
+    A recipe that needs what each client computed (e.g. updates to assess
+    contributions) calls a variant of its process that returns it, keeps
+    what it needs, and returns the state and metrics.
+    """
+    return process.next(state, client_inputs)
 
   def after_round(self, round_num: int) -> dict[str, float]:
     """Runs after `next`, before the stores are committed.

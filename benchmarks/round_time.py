@@ -1,0 +1,247 @@
+r"""Seconds per training round: tff_fair against TFF and a plain TF loop.
+
+In one process and one run, on the same client data, model and batches:
+
+  (a) the same SGD steps in a plain TensorFlow loop over the clients (one
+      model; two for Ditto: the floor this stack sets),
+  (b) TFF's `tff.learning.algorithms.build_weighted_fed_avg`,
+  (c) tff_fair's FedAvg (`fed_avg.build_fed_avg`),
+  (d) tff_fair's Ditto (`personalize` + `next`), sequential and interleaved,
+  (e) tff_fair's Aequa (slimmable model, one sampled width per step),
+
+training time only (data sets are built before the clock starts; nothing is
+evaluated), every client every round; median, min and max over rounds
+2..N (round 1 pays for tracing), and the ratios b/a, c/a, d/c, d/a, e/c.
+
+Settings: `--setting=pfllib` is the issue's PFLlib comparison
+(Fashion-MNIST label skew #C=2, 20 clients x 300 training examples, batch
+10, SGD lr 0.005, Ditto lambda 0.1, one personal epoch, the CNN of PFLlib
+and the Ditto reference: `ditto_cnn`); `--setting=readme` is the README's
+Ditto benchmark (batch 16, lr 0.05, LeNet).
+
+  .venv/bin/python -m benchmarks.round_time --setting=pfllib --rounds=10
+
+A ratio measured while other jobs share the cores is not comparable: run it
+on an idle machine.
+"""
+
+# Before anything imports TensorFlow: keep its start-up noise off the terminal.
+from tff_fair.runtime import quiet_startup  # pylint: disable=g-bad-import-order
+quiet_startup.import_tensorflow_quietly()
+
+import collections
+import csv
+import os
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_fair.algorithms import aequa
+from tff_fair.algorithms import ditto
+from tff_fair.algorithms import fed_avg
+from tff_fair.models import model_fns
+from tff_fair.models import names as model_names
+from tff_fair.runtime import local as local_runtime
+from tff_fair.training import driver
+from tff_fair.training import log_filter
+from tff_fair.training import sampling
+from tff_fair.training.recipes import registry
+
+# name -> (model, batch size, learning rate, Ditto's lambda).
+SETTINGS = {
+    'pfllib': ('ditto_cnn', 10, 0.005, 0.1),
+    'readme': ('lenet', 16, 0.05, 0.1),
+}
+SYSTEMS = ('a_plain_tf', 'a_plain_tf_ditto', 'b_tff_fedavg', 'c_fedavg',
+           'd_ditto_sequential', 'd_ditto_interleaved', 'e_aequa')
+
+_SETTING = flags.DEFINE_enum('setting', 'pfllib', list(SETTINGS),
+                             'Model, batch size, learning rate (see above).')
+_ROUNDS = flags.DEFINE_integer('rounds', 10, 'Rounds per system (>= 3).')
+_CLIENTS = flags.DEFINE_integer('clients', 20, 'Clients, all every round.')
+_SYSTEMS = flags.DEFINE_list('systems', list(SYSTEMS), 'Systems to time.')
+_DATA_DIR = flags.DEFINE_string('data_dir', '', 'See the README.')
+_OUTPUT = flags.DEFINE_string('output_csv', '', 'Also write the table here.')
+
+
+def _has_slimmable_version() -> bool:
+  """Whether e/c compares Aequa with FedAvg on the same architecture."""
+  return f'slimmable_{SETTINGS[_SETTING.value][0]}' in (
+      model_names.SLIMMABLE_MODELS)
+
+
+def _config(algorithm: str):
+  model, batch_size, learning_rate, _ = SETTINGS[_SETTING.value]
+  return registry.make_config(
+      algorithm=algorithm, dataset='fashion_mnist', partition='label_skew',
+      classes_per_client=2, num_clients=_CLIENTS.value,
+      clients_per_round=_CLIENTS.value, examples_per_client=400,
+      validation_fraction=0.0, test_fraction=0.25, batch_size=batch_size,
+      client_learning_rate=learning_rate,
+      model=f'slimmable_{model}' if algorithm == 'aequa' else model,
+      rounds=_ROUNDS.value, seed=0, data_dir=_DATA_DIR.value,
+      output_dir='unused')
+
+
+class PlainLoop:
+  """The same SGD steps in plain TensorFlow: the floor of this stack."""
+
+  def __init__(self, spec: model_fns.ModelSpec, learning_rate: float,
+               lam: float = -1.0):
+    self._model = spec.build_keras(0)
+    self._loss = model_fns.loss_fn(spec.masks_padding)
+    self._optimizer = tf.keras.optimizers.SGD(learning_rate)
+    self._optimizer.build(self._model.trainable_variables)
+    self._global = [w.numpy() for w in self._model.weights]
+    self._lam = lam
+    self._personal_model = spec.build_keras(0) if lam >= 0 else None
+    self._anchor = [tf.Variable(v) for v in self._model.trainable_variables]
+    self._personal = {}
+    self._learning_rate = learning_rate
+
+  @tf.function
+  def _train(self, dataset):
+    """One pass of SGD steps over `dataset`, in one graph (as TFF's reduce)."""
+    count = tf.constant(0)
+    for batch in dataset:
+      with tf.GradientTape() as tape:
+        loss = self._loss(batch['y'], self._model(batch['x'], training=True))
+      grads = tape.gradient(loss, self._model.trainable_variables)
+      self._optimizer.apply_gradients(
+          zip(grads, self._model.trainable_variables))
+      count += tf.shape(batch['y'])[0]
+    return count
+
+  @tf.function
+  def _train_personal(self, dataset):
+    """Ditto's personal pass: SGD on F_k(v) + (lam/2)||v - anchor||^2."""
+    model = self._personal_model
+    for batch in dataset:
+      with tf.GradientTape() as tape:
+        loss = self._loss(batch['y'], model(batch['x'], training=True))
+      grads = tape.gradient(loss, model.trainable_variables)
+      for v, g, a in zip(model.trainable_variables, grads, self._anchor):
+        v.assign_sub(self._learning_rate * (g + self._lam * (v - a)))
+
+  def round(self, client_ids, datasets) -> None:
+    totals = None
+    count = 0
+    for cid, ds in zip(client_ids, datasets):
+      self._model.set_weights(self._global)
+      if self._personal_model is not None:
+        for v, a in zip(self._model.trainable_variables, self._anchor):
+          a.assign(v)
+        self._personal_model.set_weights(self._personal.get(cid,
+                                                            self._global))
+        self._train_personal(ds)
+        self._personal[cid] = self._personal_model.get_weights()
+      n = int(self._train(ds))
+      weights = self._model.get_weights()
+      totals = ([w * n for w in weights] if totals is None else
+                [t + w * n for t, w in zip(totals, weights)])
+      count += n
+    self._global = [t / count for t in totals]
+
+
+def _process(system: str, experiment, learning_rate: float):
+  spec = experiment.model_spec
+  client_optimizer = tff.learning.optimizers.build_sgdm(learning_rate)
+  if system == 'b_tff_fedavg':
+    return tff.learning.algorithms.build_weighted_fed_avg(
+        spec.model_fn, client_optimizer)
+  if system == 'c_fedavg':
+    return fed_avg.build_fed_avg(spec.model_fn, client_optimizer)
+  if system.startswith('d_ditto'):
+    return ditto.build_ditto(spec.model_fn, client_optimizer,
+                             personal_optimizer_fn=client_optimizer)
+  return aequa.build_aequa(spec.model_fn, client_optimizer)
+
+
+def _time_system(system: str) -> list[float]:
+  """Seconds of each round's training for one system."""
+  _, _, learning_rate, lam = SETTINGS[_SETTING.value]
+  experiment = driver.build_experiment(
+      _config('aequa' if system == 'e_aequa' else 'fedavg'))
+  ids = experiment.data.client_ids
+  plain = system.startswith('a_plain')
+  if plain:
+    loop = PlainLoop(experiment.model_spec, learning_rate,
+                     lam if system == 'a_plain_tf_ditto' else -1.0)
+  else:
+    process = _process(system, experiment, learning_rate)
+    state = process.set_model_weights(
+        process.initialize(), experiment.model_spec.initial_weights(0))
+  personal = {}
+  seconds = []
+  for round_num in range(1, _ROUNDS.value + 1):
+    datasets = sampling.client_datasets(experiment, ids, round_num, epochs=1)
+    personal_data = (
+        datasets if system != 'd_ditto_sequential' else
+        sampling.client_datasets(experiment, ids, round_num, epochs=1,
+                                 stream=1))
+    start = time.perf_counter()
+    if plain:
+      loop.round(ids, datasets)
+    else:
+      if system.startswith('d_ditto'):
+        anchor = process.get_model_weights(state)
+        outputs = process.personalize(state, [
+            ditto.personal_input(ds, personal.get(cid, anchor), lam)
+            for cid, ds in zip(ids, personal_data)])
+        personal = {cid: out['personal'] for cid, out in zip(ids, outputs)}
+      state = process.next(state, datasets).state
+    seconds.append(time.perf_counter() - start)
+    logging.info('%s round %d: %.2f s', system, round_num, seconds[-1])
+  return seconds
+
+
+def main(argv):
+  del argv
+  log_filter.keep_info_logs_of_tff_fair_only()
+  if _ROUNDS.value < 3:
+    raise app.UsageError('--rounds must be >= 3 (round 1 is not counted).')
+  unknown = set(_SYSTEMS.value) - set(SYSTEMS)
+  if unknown:
+    raise app.UsageError(f'Unknown --systems {sorted(unknown)}; choose from'
+                         f' {", ".join(SYSTEMS)}.')
+  rows = collections.OrderedDict()
+  with local_runtime.local_context():
+    for system in _SYSTEMS.value:
+      if system == 'e_aequa' and not _has_slimmable_version():
+        logging.info('Skipping e_aequa: --setting=%s uses %s, which has no'
+                     ' slimmable version.', _SETTING.value,
+                     SETTINGS[_SETTING.value][0])
+        continue
+      times = np.array(_time_system(system)[1:])
+      rows[system] = (float(np.median(times)), float(times.min()),
+                      float(times.max()))
+  median = {name: row[0] for name, row in rows.items()}
+  lines = [f'{"system":<22}{"median s":>10}{"min":>8}{"max":>8}']
+  lines += [f'{name:<22}{m:>10.2f}{lo:>8.2f}{hi:>8.2f}'
+            for name, (m, lo, hi) in rows.items()]
+  for label, num, den in (('b/a', 'b_tff_fedavg', 'a_plain_tf'),
+                          ('c/a', 'c_fedavg', 'a_plain_tf'),
+                          ('d/c', 'd_ditto_interleaved', 'c_fedavg'),
+                          ('d/c sequential', 'd_ditto_sequential', 'c_fedavg'),
+                          ('d/a', 'd_ditto_interleaved', 'a_plain_tf_ditto'),
+                          ('e/c', 'e_aequa', 'c_fedavg')):
+    if num in median and den in median:
+      lines.append(f'{label:<22}{median[num] / median[den]:>10.2f}')
+  print(f'Setting {_SETTING.value}, {_CLIENTS.value} clients, rounds 2..'
+        f'{_ROUNDS.value}:\n' + '\n'.join(lines))
+  if _OUTPUT.value:
+    os.makedirs(os.path.dirname(_OUTPUT.value) or '.', exist_ok=True)
+    with open(_OUTPUT.value, 'w', newline='') as f:
+      writer = csv.writer(f)
+      writer.writerow(['system', 'median_seconds', 'min_seconds',
+                       'max_seconds'])
+      writer.writerows((name, *row) for name, row in rows.items())
+
+
+if __name__ == '__main__':
+  app.run(main)
