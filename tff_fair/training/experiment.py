@@ -159,7 +159,8 @@ def model_spec_for(
           ' needs one of'
           f' {", ".join(slimmable_models.MODEL_NAMES)}.')
   else:
-    spec_name = plain_name if plain_name in model_fns.MODEL_NAMES else name
+    spec_name = (plain_name if plain_name in model_fns.MODEL_NAMES
+                 else f'slimmable_{plain_name}')
   spec = model_fns.build_model_spec(
       spec_name,
       x_shape=source.x.shape[1:],
