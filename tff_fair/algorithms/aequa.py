@@ -66,8 +66,7 @@ def plain_data_type(model_fn) -> tff.SequenceType:
       collections.OrderedDict(x=features, y=spec['y'])))
 
 
-def sample_widths(seed, step, p_min: float, p_max: float,
-                  count: int) -> tf.Tensor:
+def sample_widths(seed, step, p_min: float, p_max, count: int) -> tf.Tensor:
   """The widths one local step trains besides the full width.
 
   Args:
@@ -76,7 +75,8 @@ def sample_widths(seed, step, p_min: float, p_max: float,
     step: The local step's index (int32 scalar).
     p_min: Smallest width.
     p_max: Upper end of the range (drawn widths are < p_max unless p_min ==
-      p_max).
+      p_max): a number, or a float32 scalar tensor (a client's own maximum
+      width in training-time Aequa).
     count: Number of widths.
 
   Returns:
@@ -93,7 +93,14 @@ def sample_widths(seed, step, p_min: float, p_max: float,
 def build_sandwich_loop_fn(
     p_min: float, p_max: float, widths_per_step: int
 ) -> fed_avg.TrainingLoopFn:
-  """Aequa's local training loop, in `fed_avg.build_client_work`'s form."""
+  """Aequa's local training loop, in `fed_avg.build_client_work`'s form.
+
+  The loop is `train(start, data, seed, max_width=None)`. By default each
+  step trains the full width and widths drawn from [p_min, p_max). With a
+  `max_width` (a float32 scalar, training-time Aequa's per-client p_i) it
+  trains `max_width` and widths drawn from [p_min, max_width) instead, so
+  no coordinate outside the width-`max_width` sub-network moves.
+  """
 
   def loop_fn(model: tff.learning.models.VariableModel,
               optimizer: tff.learning.optimizers.Optimizer):
@@ -103,14 +110,16 @@ def build_sandwich_loop_fn(
     loss_fn = model_fns.loss_fn()
 
     @tf.function
-    def train(start, data, seed):
+    def train(start, data, seed, max_width=None):
       tf.nest.map_structure(lambda v, t: v.assign(t), weights, start)
+      top, high = (1.0, p_max) if max_width is None else (max_width,
+                                                            max_width)
 
       def step(state, batch):
         opt_state, steps, examples = state
-        widths = sample_widths(seed, steps, p_min, p_max, widths_per_step)
+        widths = sample_widths(seed, steps, p_min, high, widths_per_step)
         with tf.GradientTape() as tape:
-          output = model.forward_pass(slimmable.with_width(batch, 1.0),
+          output = model.forward_pass(slimmable.with_width(batch, top),
                                       training=True)
           loss = output.loss
           for j in range(widths_per_step):

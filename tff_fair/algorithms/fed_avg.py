@@ -71,7 +71,7 @@ def client_input(
       data=dataset, attack=tf.data.Dataset.from_tensors(spec))
 
 
-def _first_element(dataset: tf.data.Dataset):
+def first_element(dataset: tf.data.Dataset):
   """The single element of a one-element data set, inside a graph."""
   return dataset.reduce(
       tf.nest.map_structure(
@@ -107,6 +107,98 @@ def derived_seed(weights, data: tf.data.Dataset) -> tf.Tensor:
   combined = tf.fingerprint(tf.concat(
       [_fingerprint(weights), first_batch], axis=1))
   return tf.bitcast(tf.reshape(combined, [2, 4]), tf.int32)
+
+
+def context_type(data_type: tff.Type, **extra) -> collections.OrderedDict:
+  """The client input type under client context: `<data, attack, **extra>`.
+
+  Args:
+    data_type: The client data's `tff.SequenceType`.
+    **extra: Further per-client fields and their TFF types (e.g. Aequa's
+      `max_width`), after `data` and `attack`.
+  """
+  return collections.OrderedDict(
+      data=data_type,
+      attack=tff.SequenceType(tff.types.tensorflow_to_type(
+          update_attacks.attack_spec_type())),
+      **extra)
+
+
+def read_client_input(client_data, client_context: bool, weights,
+                      derive_seed: bool = True):
+  """`(data, attack spec or None, seed)` of a client's input, in a graph.
+
+  Args:
+    client_data: The client's input: its data set, or under
+      `client_context` a structure with `data` and `attack`.
+    client_context: Whether `client_data` carries an attack spec.
+    weights: The weights the client starts from (for `derived_seed`).
+    derive_seed: Without context, derive the seed (`derived_seed`) rather
+      than use zeros (a loop that draws nothing needs no seed).
+  """
+  if client_context:
+    spec = first_element(client_data['attack'])
+    return client_data['data'], spec, spec['seed']
+  seed = (derived_seed(weights, client_data) if derive_seed
+          else tf.zeros([2], tf.int32))
+  return client_data, None, seed
+
+
+def update_and_weight(initial_weights, trained, spec,
+                      client_weighting: ClientWeighting):
+  """A client's update (`initial - trained`, attacked) and its weight.
+
+  As TFF's FedAvg, a non-finite update is zeroed and gets weight 0.
+
+  Args:
+    initial_weights: The `ModelWeights` training started from.
+    trained: A training loop's result (`weights`, `num_examples`).
+    spec: The client's attack spec, or None (no attack).
+    client_weighting: `NUM_EXAMPLES` (examples seen) or `UNIFORM` (1).
+
+  Returns:
+    `(update, weight)`: the trainable weights' structure and a float32.
+  """
+  update = tf.nest.map_structure(
+      tf.subtract, initial_weights.trainable, trained['weights'].trainable)
+  if spec is not None:
+    update = update_attacks.apply_update_attack(update, spec)
+  update, non_finite = _zero_non_finite(update)
+  if client_weighting is ClientWeighting.NUM_EXAMPLES:
+    weight = tf.cast(trained['num_examples'], tf.float32)
+  else:
+    weight = tf.constant(1.0)
+  weight = tf.cond(non_finite, lambda: tf.constant(0.0), lambda: weight)
+  return update, weight
+
+
+def check_client_weighting(client_weighting) -> None:
+  """Raises `TypeError` unless `client_weighting` is a `ClientWeighting`."""
+  if not isinstance(client_weighting, ClientWeighting):
+    raise TypeError('client_weighting must be a tff.learning.ClientWeighting,'
+                    f' got {client_weighting!r}.')
+
+
+def metrics_aggregation(
+    model_fn: ModelFn,
+    metrics_aggregator: Optional[
+        tff.learning.metrics.MetricsAggregatorType] = None,
+) -> tff.Computation:
+  """The federated aggregation of the model's unfinalized client metrics.
+
+  Args:
+    model_fn: No-arg callable returning a fresh `VariableModel`.
+    metrics_aggregator: Default `tff.learning.metrics.sum_then_finalize`.
+  """
+  with tf.Graph().as_default():
+    probe = model_fn()
+    metrics_type = tff.types.tensorflow_to_type(
+        tf.nest.map_structure(
+            lambda v: tf.TensorSpec.from_tensor(tf.convert_to_tensor(v)),
+            probe.report_local_unfinalized_metrics()))
+    metric_finalizers = probe.metric_finalizers()
+  return (metrics_aggregator or tff.learning.metrics.sum_then_finalize)(
+      metric_finalizers, metrics_type)
 
 
 def _plain_training_loop(model, optimizer):
@@ -153,48 +245,20 @@ def build_client_work(
     data_type: The client data's type when it differs from the model's
       input spec (e.g. Aequa adds the width inside the loop).
   """
-  if not isinstance(client_weighting, ClientWeighting):
-    raise TypeError('client_weighting must be a tff.learning.ClientWeighting,'
-                    f' got {client_weighting!r}.')
+  check_client_weighting(client_weighting)
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
-  with tf.Graph().as_default():
-    probe = model_fn()
-    metrics_type = tff.types.tensorflow_to_type(
-        tf.nest.map_structure(
-            lambda v: tf.TensorSpec.from_tensor(tf.convert_to_tensor(v)),
-            probe.report_local_unfinalized_metrics()))
-    metric_finalizers = probe.metric_finalizers()
   data_type = data_type or training_loop.data_type_of(model_fn)
-  if client_context:
-    input_type = collections.OrderedDict(
-        data=data_type,
-        attack=tff.SequenceType(tff.types.tensorflow_to_type(
-            update_attacks.attack_spec_type())))
-  else:
-    input_type = data_type
+  input_type = context_type(data_type) if client_context else data_type
 
   @tff.tensorflow.computation(weights_type, input_type)
   def client_update(initial_weights, client_data):
-    if client_context:
-      spec = _first_element(client_data['attack'])
-      data, seed = client_data['data'], spec['seed']
-    else:
-      data = client_data
-      seed = (tf.zeros([2], tf.int32) if training_loop_fn is None
-              else derived_seed(initial_weights, data))
+    data, spec, seed = read_client_input(
+        client_data, client_context, initial_weights,
+        derive_seed=training_loop_fn is not None)
     loop = (training_loop_fn or _plain_training_loop)(model_fn(), optimizer)
     trained = loop(initial_weights, data, seed)
-    update = tf.nest.map_structure(
-        tf.subtract, initial_weights.trainable, trained['weights'].trainable)
-    if client_context:
-      update = update_attacks.apply_update_attack(update, spec)
-    # As TFF's FedAvg: a non-finite update is zeroed and gets no weight.
-    update, non_finite = _zero_non_finite(update)
-    if client_weighting is ClientWeighting.NUM_EXAMPLES:
-      weight = tf.cast(trained['num_examples'], tf.float32)
-    else:
-      weight = tf.constant(1.0)
-    weight = tf.cond(non_finite, lambda: tf.constant(0.0), lambda: weight)
+    update, weight = update_and_weight(initial_weights, trained, spec,
+                                       client_weighting)
     return (tff.learning.templates.ClientResult(
         update=update, update_weight=weight), trained['metrics'])
 
@@ -202,9 +266,7 @@ def build_client_work(
   def init_fn():
     return tff.federated_value((), tff.SERVER)
 
-  metrics_aggregation = (
-      metrics_aggregator or tff.learning.metrics.sum_then_finalize)(
-          metric_finalizers, metrics_type)
+  aggregate_metrics = metrics_aggregation(model_fn, metrics_aggregator)
 
   @tff.federated_computation(
       init_fn.type_signature.result,
@@ -215,7 +277,7 @@ def build_client_work(
     result, local_metrics = tff.federated_map(
         client_update, (weights, client_data))
     measurements = tff.federated_zip(collections.OrderedDict(
-        train=metrics_aggregation(local_metrics)))
+        train=aggregate_metrics(local_metrics)))
     return tff.templates.MeasuredProcessOutput(state, result, measurements)
 
   return tff.learning.templates.ClientWorkProcess(init_fn, next_fn)
