@@ -13,6 +13,7 @@ from tff_fair import attacks
 from tff_fair.models import names as model_names
 from tff_fair.training import config as config_lib
 from tff_fair.training.recipes import aequa
+from tff_fair.training.recipes import aequa_rewards
 from tff_fair.training.recipes import ditto
 from tff_fair.training.recipes import fedavg
 from tff_fair.training.recipes import fedavg_ft
@@ -27,6 +28,7 @@ RECIPES: dict[str, type[recipe.Recipe]] = {r.name: r for r in (
     ditto.Ditto,
     aequa.Aequa,
     fedprox.FedProx,
+    aequa_rewards.AequaRewards,
 )}
 DEFAULT_ALGORITHM = 'fedavg'
 # Update attacks act inside a client computation with client context.

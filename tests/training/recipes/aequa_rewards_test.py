@@ -1,0 +1,108 @@
+"""Training-time Aequa in the driver: widths earned, bytes, exact resume."""
+
+import csv
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from tests import tff_test_utils
+from tff_fair.training import config as config_lib
+from tff_fair.training import driver
+from tff_fair.training.recipes import registry
+
+
+def _config(output_dir, **overrides):
+  values = dict(
+      algorithm='aequa_rewards', dataset='digits', partition='homogeneous',
+      num_clients=4, clients_per_round=4, rounds=3, batch_size=16,
+      client_learning_rate=0.1, seed=3, output_dir=output_dir, eval_every=0,
+      p_min=0.25, contribution_gamma=0.0, attack='label_poisoning',
+      malicious_fraction=0.25)
+  values.update(overrides)
+  return registry.make_config(**values)
+
+
+def _rows(output_dir):
+  with open(os.path.join(output_dir, 'aequa_rewards_rounds.csv')) as f:
+    return list(csv.DictReader(f))
+
+
+class AequaRewardsTest(tff_test_utils.TffTestCase):
+
+  def test_bad_settings_are_refused(self):
+    out = self.create_tempdir().full_path
+    for overrides, message in (
+        (dict(contribution_gamma=1.0), r'gamma must be in \[0, 1\)'),
+        (dict(contribution_assessment='shapley'),
+         'Unknown contribution_assessment'),
+        (dict(reward_exponent=0.0), 'reward_exponent must be'),
+        (dict(p_min=0.5, p_max=0.4), 'p_min=0.5 exceeds p_max=0.4'),
+        (dict(aggregator='robust'), 'use --aggregator=mean'),
+    ):
+      with self.subTest(overrides), self.assertRaisesRegex(
+          config_lib.ConfigError, message):
+        _config(out, **overrides)
+    with self.assertRaisesRegex(
+        config_lib.ConfigError, '--contribution_gamma=0.3 is a setting of'
+        ' --algorithm=aequa_rewards'):
+      _config(out, algorithm='aequa', contribution_gamma=0.3,
+              attack='none', malicious_fraction=0.0)
+
+  def test_widths_follow_contributions_and_runs_resume_exactly(self):
+    straight_dir = self.create_tempdir().full_path
+    straight = driver.run(_config(straight_dir))
+    rows = _rows(straight_dir)
+    self.assertLen(rows, 3 * 4)
+    (poisoned,) = straight.malicious
+    by_round = {}
+    for row in rows:
+      by_round.setdefault(int(row['round']), {})[row['client']] = row
+    # Everyone starts at p_max; the width a client trains in round r is
+    # the one it earned in round r - 1.
+    self.assertEqual({float(r['width']) for r in by_round[1].values()},
+                     {1.0})
+    for r in (2, 3):
+      for cid, row in by_round[r].items():
+        self.assertAlmostEqual(float(row['width']),
+                               float(by_round[r - 1][cid]['next_width']))
+    # The client training on random labels contributes least, from round 2
+    # on, and earns the narrowest width; the top contributor earns p_max.
+    for r in (2, 3):
+      contributions = {cid: float(row['contribution'])
+                       for cid, row in by_round[r].items()}
+      self.assertEqual(min(contributions, key=contributions.get), poisoned)
+      next_widths = [float(row['next_width'])
+                     for row in by_round[r].values()]
+      self.assertEqual(float(by_round[r][poisoned]['next_width']),
+                       min(next_widths))
+      self.assertAlmostEqual(max(next_widths), 1.0)
+    # A narrower sub-network travels fewer bytes, both ways.
+    last = by_round[3]
+    narrow = min(last, key=lambda cid: float(last[cid]['width']))
+    wide = max(last, key=lambda cid: float(last[cid]['width']))
+    self.assertLess(float(last[narrow]['width']), float(last[wide]['width']))
+    for field in ('bytes_sent', 'bytes_received'):
+      self.assertLess(int(last[narrow][field]), int(last[wide][field]))
+    self.assertIn('reward_width_min', straight.history[-1])
+    self.assertCountEqual(straight.evaluations, ['global', 'aequa_rewards'])
+
+    # Killed after round 2 (its checkpoint saved), resumed: the same.
+    split_dir = self.create_tempdir().full_path
+    driver.run(_config(split_dir, rounds=2))
+    resumed = driver.run(_config(split_dir))
+    self.assertEqual(resumed.resumed_from_round, 2)
+    self.assertEqual(_rows(split_dir), rows)
+    for name in ('contributions/manifests/v3.json',):
+      with open(os.path.join(straight_dir, name)) as f, open(
+          os.path.join(split_dir, name)) as g:
+        self.assertEqual(json.load(f), json.load(g))
+    for kind in ('global', 'aequa_rewards'):
+      np.testing.assert_allclose(
+          [m.accuracy for m in resumed.evaluations[kind].values()],
+          [m.accuracy for m in straight.evaluations[kind].values()])
+
+
+if __name__ == '__main__':
+  tf.test.main()

@@ -1,0 +1,211 @@
+"""Training-time Aequa: widths earned by contributions, round by round.
+
+Each round client i trains, receives and sends only the sub-network of its
+maximum width p_i (`tff_fair.algorithms.aequa_rewards`: masked
+aggregation). After the round its contribution is assessed
+(`contribution_assessment`: CGSV's cosine of its update to the aggregate on
+the common minimum-width sub-network, or its data size), folded into a
+smoothed contribution (`fairness.contribution.ContributionTracker`, weight
+`contribution_gamma` on the past), and the reward mechanism maps the
+contributions to the next round's widths (`proportional_widths`: the top
+contributor(s) get p_max, a contribution of 0 gets p_min). Every client
+starts at p_max. The tracker and the widths are kept per round with the
+checkpoints (`contributions/`), so a resumed run continues exactly.
+
+Outputs of its own: `aequa_rewards_rounds.csv` (per round and client: the
+width it trained, its assessment and contribution, the width it earned for
+the next round, the bytes it received and sent) and, after the last round,
+'aequa_rewards' in the final tables: each client's test metrics with the
+global model at the width it earned.
+"""
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from tff_fair.algorithms import aequa_rewards as aequa_rewards_lib
+from tff_fair.evaluation import statistics
+from tff_fair.fairness import contribution
+from tff_fair.training import config as config_lib
+from tff_fair.training import rewards as rewards_lib
+from tff_fair.training.recipes import recipe
+
+ASSESSMENTS = ('cgsv', 'data_size')
+STATE_DIR = 'contributions'
+ROUND_LOG = 'aequa_rewards_rounds.csv'
+ROUND_LOG_FIELDS = ('round', 'client', 'malicious', 'width', 'assessment',
+                    'contribution', 'next_width', 'bytes_received',
+                    'bytes_sent')
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Attributes:
+
+    p_min / p_max: The width range; every client trains p_min, the top
+      contributor(s) get p_max.
+    widths_per_step: Widths sampled per local step below the client's p_i.
+    contribution_assessment: 'cgsv' (cosine of the client's update to the
+      aggregate on the minimum-width sub-network) or 'data_size'.
+    contribution_gamma: Weight of the past in the smoothed contribution,
+      in [0, 1) (0: the latest assessment only).
+    reward_exponent: nu(q) = p_min + (p_max - p_min) q^exponent of the
+      normalized contribution q; above 1 widens the gap.
+  """
+
+  # Shared with aequa (same names and defaults: one flag each).
+  p_min: float = config_lib.setting(0.1, 'aequa: smallest width.')
+  p_max: float = config_lib.setting(1.0, 'aequa: largest sampled width.')
+  widths_per_step: int = config_lib.setting(
+      1, 'aequa: widths sampled per step besides the full one.')
+  contribution_assessment: str = config_lib.setting(
+      'cgsv', 'aequa_rewards: how a round assesses each client: cgsv (the'
+      ' cosine of its update to the aggregate on the minimum-width'
+      ' sub-network) or data_size.', choices=ASSESSMENTS)
+  contribution_gamma: float = config_lib.setting(
+      0.5, 'aequa_rewards: weight of past rounds in each contribution, in'
+      ' [0, 1) (0: the latest round only).')
+  reward_exponent: float = config_lib.setting(
+      1.0, 'aequa_rewards: width = p_min + (p_max - p_min) * q^exponent of'
+      ' the contribution q over the largest; above 1 widens the gap.')
+
+  def __post_init__(self):
+    config_lib.check_choice('contribution_assessment',
+                            self.contribution_assessment, ASSESSMENTS)
+    try:
+      contribution.check_width_range(self.p_min, self.p_max)
+      contribution.ContributionTracker(gamma=self.contribution_gamma)
+    except ValueError as e:
+      raise config_lib.ConfigError(f'{e}') from e
+    if self.widths_per_step < 0:
+      raise config_lib.ConfigError(
+          f'widths_per_step must be >= 0, got {self.widths_per_step}.')
+    if not (math.isfinite(self.reward_exponent) and self.reward_exponent > 0):
+      raise config_lib.ConfigError(
+          'reward_exponent must be a finite number > 0, got'
+          f' {self.reward_exponent}.')
+
+
+class AequaRewards(recipe.Recipe):
+  """Slimmable FedAvg whose clients train the width their contribution earns."""
+
+  name = 'aequa_rewards'
+  Settings = Settings
+  slimmable = True
+  output_files = (ROUND_LOG,)
+  client_state_dirs = (STATE_DIR,)
+
+  @classmethod
+  def check_config(cls, config):
+    if config.aggregator != 'mean':
+      raise config_lib.ConfigError(
+          f'--aggregator={config.aggregator}: --algorithm=aequa_rewards'
+          ' averages each parameter over the clients whose sub-network holds'
+          ' it (its own aggregation); use --aggregator=mean.')
+    return config
+
+  def __init__(self, context):
+    super().__init__(context)
+    self._state = context.round_state_store(
+        STATE_DIR, initial={'tracker': None, 'widths': {}})
+    self._log = context.round_log(ROUND_LOG, ROUND_LOG_FIELDS)
+    self._round_widths: dict[str, float] = {}
+    self._clients: list[dict[str, Any]] = []
+    self._client_ids: list[str] = []
+
+  def build_process(self):
+    settings = self.settings
+    spec = self.context.experiment.model_spec
+    return aequa_rewards_lib.build_aequa_rewards(
+        self.model_fn, self.client_optimizer(), self.server_optimizer(),
+        keras_model_fn=lambda: spec.build_keras(None), p_min=settings.p_min,
+        p_max=settings.p_max, widths_per_step=settings.widths_per_step,
+        client_context=True)
+
+  def widths(self) -> dict[str, float]:
+    """Each client's current maximum width (p_max until first assessed)."""
+    earned = self._state.value['widths']
+    return {cid: float(earned.get(cid, self.settings.p_max))
+            for cid in self.context.client_ids}
+
+  def _tracker(self) -> contribution.ContributionTracker:
+    saved = self._state.value['tracker']
+    gamma = self.settings.contribution_gamma
+    if saved is None:
+      return contribution.ContributionTracker(gamma=gamma)
+    return contribution.ContributionTracker.from_json(saved, gamma)
+
+  def before_round(self, state, client_ids, round_num, datasets):
+    del state, round_num, datasets  # Only the widths are needed.
+    self._client_ids = list(client_ids)
+    widths = self.widths()
+    self._round_widths = {cid: widths[cid] for cid in client_ids}
+
+  def client_input(self, client_id, dataset, attack):
+    return aequa_rewards_lib.client_input(
+        dataset, self._round_widths[client_id], attack)
+
+  def run_round(self, process, state, client_inputs):
+    output = process.next_with_client_outputs(state, client_inputs)
+    self._clients = list(output.clients)
+    return output
+
+  def after_round(self, round_num):
+    """Assesses the round's clients, updates the widths, logs the round."""
+    settings = self.settings
+    context = self.context
+    ids = self._client_ids
+    if settings.contribution_assessment == 'cgsv':
+      assessment = contribution.cosine_to_aggregate(
+          {cid: np.asarray(c['min_width_update'])
+           for cid, c in zip(ids, self._clients)},
+          weights={cid: float(c['weight'])
+                   for cid, c in zip(ids, self._clients)})
+    else:
+      data = context.experiment.data
+      assessment = contribution.data_size(
+          {cid: data.num_examples(cid, 'train') for cid in ids})
+    tracker = self._tracker()
+    tracker.update(assessment)
+    widths = contribution.proportional_widths(
+        tracker.contributions, p_min=settings.p_min, p_max=settings.p_max,
+        exponent=settings.reward_exponent)
+    self._state.stage({'tracker': tracker.to_json(), 'widths': widths})
+    rows = [{
+        'round': round_num, 'client': cid,
+        'malicious': int(cid in context.malicious),
+        'width': self._round_widths[cid], 'assessment': assessment[cid],
+        'contribution': tracker.contributions[cid],
+        'next_width': widths[cid],
+        'bytes_received': int(c['bytes_received']),
+        'bytes_sent': int(c['bytes_sent']),
+    } for cid, c in zip(ids, self._clients)]
+    self._log.append(rows)
+    released = {}
+    for name, values in (
+        ('reward_width', [widths[cid] for cid in ids]),
+        ('contribution', [tracker.contributions[cid] for cid in ids]),
+        ('bytes_sent', [row['bytes_sent'] for row in rows])):
+      stats = statistics.summarize(values)
+      released[f'{name}_mean'] = stats.mean
+      released[f'{name}_min'] = float(np.min(values))
+      released[f'{name}_max'] = float(np.max(values))
+    return released
+
+  def final_evaluations(self, global_weights):
+    """'global' (full width) and 'aequa_rewards': each client at its width."""
+    evaluations = super().final_evaluations(global_weights)
+    data = self.context.experiment.data
+    build_keras = self.context.experiment.model_spec.build_keras
+    widths = self.widths()
+    rewarded = {}
+    for width in sorted(set(widths.values())):
+      group = [cid for cid, w in widths.items() if w == width]
+      rewarded.update(rewards_lib.width_evaluator(
+          build_keras, width).evaluate_clients(
+              global_weights, group, lambda cid: data.arrays(cid, 'test')))
+    evaluations['aequa_rewards'] = {cid: rewarded[cid]
+                                    for cid in self.context.client_ids}
+    return evaluations
