@@ -167,13 +167,6 @@ def sparsify(update, share):
   return tf.nest.map_structure(keep_top, update)
 
 
-def _apply(weights, update) -> tff.learning.models.ModelWeights:
-  """`weights` moved by an update of TFF's sign (`initial - trained`)."""
-  return tff.learning.models.ModelWeights(
-      trainable=tf.nest.pack_sequence_as(weights.trainable, [
-          w - u for w, u in zip(tf.nest.flatten(weights.trainable),
-                                tf.nest.flatten(update))]),
-      non_trainable=weights.non_trainable)
 
 
 def _check_arguments(num_clients, alpha, beta, norm_gamma) -> None:
@@ -281,7 +274,7 @@ def build_cgsv(
 
   @tff.tensorflow.computation(weights_type, update_type)
   def apply_update(weights, update):
-    return _apply(weights, update)
+    return client_outputs.apply_update(weights, update)
 
   @tff.tensorflow.computation(update_type, update_type, np.int32)
   def score(normalized, aggregate, index):
@@ -334,7 +327,7 @@ def build_cgsv(
   def receive(own_model, received, phi):
     reward = fed_avg.first_element(received)
     return collections.OrderedDict(
-        model=_apply(own_model, reward['update']), phi=phi,
+        model=client_outputs.apply_update(own_model, reward['update']), phi=phi,
         reputation=reward['reputation'], reward=reward['reward'])
 
   aggregate_metrics = fed_avg.metrics_aggregation(model_fn,

@@ -162,6 +162,19 @@ def model_client_input(
       **fed_avg.client_input(dataset, attack), model=model, **extra)
 
 
+def apply_update(weights, update) -> tff.learning.models.ModelWeights:
+  """`weights` moved by an update of TFF's sign (`initial - trained`).
+
+  Non-trainable weights are kept. Works on any structures with the
+  trainable weights' leaves in order (lists and tuples alike).
+  """
+  return tff.learning.models.ModelWeights(
+      trainable=tf.nest.pack_sequence_as(weights.trainable, [
+          w - u for w, u in zip(tf.nest.flatten(weights.trainable),
+                                tf.nest.flatten(update))]),
+      non_trainable=weights.non_trainable)
+
+
 def client_index(spec, num_clients: int) -> tf.Tensor:
   """The client index of an attack spec (its seed's second half), checked.
 
