@@ -43,15 +43,12 @@ address a client: every client trains from the server model, the server
 model moves by FedAvg's weighted mean, and every client's model is the
 new server model (no mixtures, no resets): IAFL reduces to FedAvg.
 
-Type signatures:
+Type signatures (`client_outputs`):
 
-    initialize:               ( -> S@SERVER)
-    next:                     (<S@SERVER, {C}@CLIENTS> ->
-                               <state=S@SERVER, metrics=M@SERVER>)
+    initialize: ( -> S@SERVER)
+    next: (<S@SERVER, {C}@CLIENTS> -> <state=S@SERVER, metrics=M@SERVER>)
     next_with_client_outputs: (<S@SERVER, {C}@CLIENTS> ->
-                               <state=S@SERVER, metrics=M@SERVER,
-                                clients={O}@CLIENTS>)
-
+        <state=S@SERVER, metrics=M@SERVER, clients={O}@CLIENTS>)
     C = D* (plain) or <data=D*, attack=A*, model=W[, contribution=float32]>
     S.aggregator = <round_num=int32>
     O = <model=W, chosen=float32[N], k=int32, reset=bool>
@@ -145,9 +142,7 @@ def round_seed(seed: int, round_num, stream: int) -> tf.Tensor:
 
 def _check_arguments(num_clients, kappa, reset_probability, client_context,
                      contribution_input) -> None:
-  if isinstance(num_clients, bool) or not isinstance(
-      num_clients, (int, np.integer)) or num_clients < 1:
-    raise ValueError(f'num_clients must be an int >= 1, got {num_clients!r}.')
+  client_outputs.check_num_clients(num_clients)
   for name, value in (('kappa', kappa),
                       ('reset_probability', reset_probability)):
     if not (math.isfinite(value) and 0.0 <= value <= 1.0):
@@ -168,23 +163,14 @@ def build_iafl(
     contribution_input: bool = False,
     client_weighting: fed_avg.ClientWeighting = (
         fed_avg.ClientWeighting.NUM_EXAMPLES),
-    metrics_aggregator: Optional[
-        tff.learning.metrics.MetricsAggregatorType] = None,
+    metrics_aggregator: fed_avg.MetricsAggregator = None,
     client_context: bool = False,
 ) -> client_outputs.ProcessWithClientOutputs:
   """Builds IAFL (see the module docstring).
 
-  Type signatures:
-
-      initialize:               ( -> S@SERVER)
-      next:                     (<S@SERVER, {C}@CLIENTS> ->
-                                 <state=S@SERVER, metrics=M@SERVER>)
-      next_with_client_outputs: (<S@SERVER, {C}@CLIENTS> ->
-                                 <state=S@SERVER, metrics=M@SERVER,
-                                  clients={O}@CLIENTS>)
-
-  with C = D* by default and `<data=D*, attack=A*, model=W>` (and
-  `contribution=float32`) under `client_context`; S, O and M as in the
+  `next` and `next_with_client_outputs` take `{C}@CLIENTS` with C = D*
+  by default and `<data=D*, attack=A*, model=W>` (plus
+  `contribution=float32`) under `client_context`; their types are in the
   module docstring.
 
   Args:
@@ -223,13 +209,9 @@ def build_iafl(
 
   @tff.tensorflow.computation(weights_type, input_type)
   def client_update(global_weights, client_data):
-    start = client_data['model'] if client_context else global_weights
-    data, spec, _ = fed_avg.read_client_input(
-        client_data, client_context, start, derive_seed=False)
-    trained = training_loop.build_training_loop(
-        model_fn(), client_optimizer_fn)(start, data)
-    update, weight = fed_avg.update_and_weight(start, trained, spec,
-                                               client_weighting)
+    spec, trained, update, weight = client_outputs.train_own_model(
+        model_fn, client_optimizer_fn, client_data, client_context,
+        global_weights, client_weighting)
     if contribution_input:
       contribution = client_data['contribution']
     else:
@@ -303,8 +285,6 @@ def build_iafl(
         [num_clients], seed=round_seed(seed, round_num, _RESET_STREAM))
     resets = tf.cast(tf.logical_and(participants > 0,
                                     draws < reset_probability), tf.float32)
-    # Keys in sorted order: the local runtime rebuilds the selected data
-    # set's elements with sorted keys.
     return collections.OrderedDict(chosen=chosen, k=k, mixed=mixed,
                                    resets=resets)
 
@@ -312,16 +292,12 @@ def build_iafl(
 
   @tff.tensorflow.computation(mixtures_type, np.int32)
   def select_mixture(all_mixtures, index):
-    return collections.OrderedDict(
+    return collections.OrderedDict(  # Keys sorted: `select_by_index`.
         chosen=tf.gather(all_mixtures['chosen'], index),
         k=tf.gather(all_mixtures['k'], index),
         mixed=tf.nest.map_structure(lambda rows: tf.gather(rows, index),
                                     all_mixtures['mixed']),
         reset=tf.gather(all_mixtures['resets'], index) > 0)
-
-  @tff.tensorflow.computation(np.int32)
-  def keys_of(index):
-    return tf.reshape(index, [1])
 
   selected_type = select_mixture.type_signature.result
 
@@ -350,10 +326,6 @@ def build_iafl(
         contributions=tf.zeros([num_clients]),
         k=tf.zeros([num_clients], tf.int32), resets=tf.zeros([num_clients]))
 
-  aggregate_metrics = fed_avg.metrics_aggregation(model_fn,
-                                                  metrics_aggregator)
-  initial_weights = client_outputs.initial_weights_computation(model_fn)
-
   @tff.tensorflow.computation
   def initial_round():
     return collections.OrderedDict(round_num=tf.constant(0))
@@ -362,14 +334,10 @@ def build_iafl(
   def next_round(counter):
     return collections.OrderedDict(round_num=counter['round_num'] + 1)
 
-  @tff.federated_computation()
-  def initialize():
-    empty = tff.federated_value((), tff.SERVER)
-    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        global_model_weights=tff.federated_eval(initial_weights, tff.SERVER),
-        distributor=empty, client_work=empty,
-        aggregator=tff.federated_eval(initial_round, tff.SERVER),
-        finalizer=empty))
+  aggregate_metrics = fed_avg.metrics_aggregation(model_fn,
+                                                  metrics_aggregator)
+  initialize = client_outputs.build_initialize(model_fn,
+                                               aggregator_fn=initial_round)
 
   def round_fn(state, client_data):
     sent, local_metrics = tff.federated_map(
@@ -384,10 +352,8 @@ def build_iafl(
       mixed = tff.federated_map(mixtures,
                                 (stacked, state.aggregator.round_num))
       # Each client receives only its own mixture, chosen by its index.
-      selected = tff.federated_select(
-          tff.federated_map(keys_of, sent.index),
-          tff.federated_value(np.int32(num_clients), tff.SERVER), mixed,
-          select_mixture)
+      selected = client_outputs.select_by_index(sent.index, num_clients,
+                                                mixed, select_mixture)
       clients = tff.federated_map(
           receive, (client_data.model, server_model, selected))
       by_index = tff.federated_zip(collections.OrderedDict(
@@ -397,15 +363,11 @@ def build_iafl(
     else:
       clients = tff.federated_map(as_client_values, server_model)
       by_index = tff.federated_eval(nobody_identified, tff.SERVER)
-    new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        global_model_weights=new_weights, distributor=state.distributor,
-        client_work=state.client_work,
-        aggregator=tff.federated_map(next_round, state.aggregator),
-        finalizer=state.finalizer))
-    metrics = tff.federated_zip(collections.OrderedDict(
-        client_work=collections.OrderedDict(
-            train=aggregate_metrics(local_metrics)),
-        aggregator=by_index))
+    new_state = client_outputs.next_state(
+        state, new_weights,
+        aggregator=tff.federated_map(next_round, state.aggregator))
+    metrics = client_outputs.round_metrics(aggregate_metrics(local_metrics),
+                                           by_index)
     return new_state, metrics, clients
 
   return client_outputs.build_process(initialize, round_fn, input_type)
