@@ -7,17 +7,16 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tff_test_utils
+from tests.algorithms import digits_clients
 from tff_fair import attacks
 from tff_fair.algorithms import aequa
 from tff_fair.algorithms import aequa_rewards
 from tff_fair.algorithms import fed_avg
 from tff_fair.algorithms import update_attacks
-from tff_fair.data.sources import digits
 from tff_fair.fairness import contribution
 from tff_fair.models import model_fns
 from tff_fair.models import slimmable
 
-_DIGITS = digits.load_digits()
 _SPEC = model_fns.build_model_spec(
     'slimmable_lenet', x_shape=(8, 8, 1), x_dtype=tf.float32, y_shape=(),
     num_classes=10)
@@ -28,16 +27,8 @@ _SIZES = (60, 100, 140)
 _WIDTHS = (0.25, 0.5, 0.5)
 
 
-def _dataset(client, size=None):
-  size = size or _SIZES[client]
-  start = sum(_SIZES[:client])
-  rows = slice(start, start + size)
-  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-      x=_DIGITS.x[rows], y=_DIGITS.y[rows])).batch(20)
-
-
-def _sgd(lr):
-  return tff.learning.optimizers.build_sgdm(learning_rate=lr)
+_dataset = digits_clients.Clients(_SIZES).dataset
+_sgd = digits_clients.sgd
 
 
 def _keras():

@@ -8,39 +8,23 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tff_test_utils
+from tests.algorithms import digits_clients
 from tff_fair import attacks
 from tff_fair.algorithms import cgsv
 from tff_fair.algorithms import client_outputs
 from tff_fair.algorithms import training_loop
 from tff_fair.algorithms import update_attacks
-from tff_fair.data.sources import digits
 from tff_fair.models import model_fns
 
-_DIGITS = digits.load_digits()
 _SPEC = model_fns.build_model_spec(
     'lenet', x_shape=(8, 8, 1), x_dtype=tf.float32, y_shape=(),
     num_classes=10)
 _SIZES = (60, 100, 140, 100)
 _NUM_CLIENTS = 5
-
-
-def _dataset(client):
-  start = sum(_SIZES[:client])
-  rows = slice(start, start + _SIZES[client])
-  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-      x=_DIGITS.x[rows], y=_DIGITS.y[rows])).batch(20)
-
-
-def _sgd(lr=0.1):
-  return tff.learning.optimizers.build_sgdm(learning_rate=lr)
-
-
-def _local_update(start, client):
-  """The client's update (`start - trained`), trained eagerly."""
-  trained = training_loop.build_training_loop(_SPEC.model_fn(), _sgd())(
-      start, _dataset(client))
-  return [s - t.numpy() for s, t in zip(start.trainable,
-                                        trained['weights'].trainable)]
+_sgd = digits_clients.sgd
+_DATA = digits_clients.Clients(_SIZES, _SPEC.model_fn)
+_dataset = _DATA.dataset
+_local_update = _DATA.local_update
 
 
 def _flat(arrays):

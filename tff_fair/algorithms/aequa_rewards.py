@@ -60,15 +60,12 @@ metrics carry the weighted aggregate on the same coordinates
     scores = contribution.cosine_to_aggregate(
         {cid: c['min_width_update'] for cid, c in zip(ids, output.clients)})
 
-Type signatures:
+Type signatures (`client_outputs`):
 
-    initialize:               ( -> S@SERVER)
-    next:                     (<S@SERVER, {C}@CLIENTS> ->
-                               <state=S@SERVER, metrics=M@SERVER>)
+    initialize: ( -> S@SERVER)
+    next: (<S@SERVER, {C}@CLIENTS> -> <state=S@SERVER, metrics=M@SERVER>)
     next_with_client_outputs: (<S@SERVER, {C}@CLIENTS> ->
-                               <state=S@SERVER, metrics=M@SERVER,
-                                clients={O}@CLIENTS>)
-
+        <state=S@SERVER, metrics=M@SERVER, clients={O}@CLIENTS>)
     C = D* (plain) or <data=D*, attack=A*, max_width=float32> (context)
     O = <min_width_update=float32[d_min], weight=float32,
          bytes_received=int64, bytes_sent=int64>
@@ -161,23 +158,14 @@ def build_aequa_rewards(
     widths_per_step: int = 1,
     client_weighting: fed_avg.ClientWeighting = (
         fed_avg.ClientWeighting.NUM_EXAMPLES),
-    metrics_aggregator: Optional[
-        tff.learning.metrics.MetricsAggregatorType] = None,
+    metrics_aggregator: fed_avg.MetricsAggregator = None,
     client_context: bool = False,
 ) -> client_outputs.ProcessWithClientOutputs:
   """Builds training-time Aequa (see the module docstring).
 
-  Type signatures:
-
-      initialize:               ( -> S@SERVER)
-      next:                     (<S@SERVER, {C}@CLIENTS> ->
-                                 <state=S@SERVER, metrics=M@SERVER>)
-      next_with_client_outputs: (<S@SERVER, {C}@CLIENTS> ->
-                                 <state=S@SERVER, metrics=M@SERVER,
-                                  clients={O}@CLIENTS>)
-
-  with C = D* by default and `<data=D*, attack=A*, max_width=float32>`
-  under `client_context`; O and M as in the module docstring.
+  `next` and `next_with_client_outputs` take `{C}@CLIENTS` with C = D*
+  by default and `<data=D*, attack=A*, max_width=float32>` under
+  `client_context`; their types are in the module docstring.
 
   Args:
     model_fn: Returns a fresh `VariableModel` of a slimmable Keras model
@@ -280,15 +268,7 @@ def build_aequa_rewards(
       server_optimizer, weights_type)
   aggregate_metrics = fed_avg.metrics_aggregation(model_fn,
                                                   metrics_aggregator)
-  initial_weights = client_outputs.initial_weights_computation(model_fn)
-
-  @tff.federated_computation()
-  def initialize():
-    empty = tff.federated_value((), tff.SERVER)
-    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        global_model_weights=tff.federated_eval(initial_weights, tff.SERVER),
-        distributor=empty, client_work=empty, aggregator=empty,
-        finalizer=finalizer.initialize()))
+  initialize = client_outputs.build_initialize(model_fn, finalizer=finalizer)
 
   def round_fn(state, client_data):
     weights = tff.federated_broadcast(state.global_model_weights)
@@ -301,18 +281,15 @@ def build_aequa_rewards(
     new_weights = tff.federated_map(
         keep_untrained,
         (state.global_model_weights, finalized.result, trained))
-    new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        global_model_weights=new_weights, distributor=state.distributor,
-        client_work=state.client_work, aggregator=state.aggregator,
-        finalizer=finalized.state))
-    metrics = tff.federated_zip(collections.OrderedDict(
-        client_work=collections.OrderedDict(
-            train=aggregate_metrics(local_metrics)),
-        aggregator=collections.OrderedDict(
+    new_state = client_outputs.next_state(state, new_weights,
+                                          finalizer=finalized.state)
+    metrics = client_outputs.round_metrics(
+        aggregate_metrics(local_metrics),
+        collections.OrderedDict(
             bytes_received=tff.federated_sum(report.bytes_received),
             bytes_sent=tff.federated_sum(report.bytes_sent),
             min_width_aggregate=min_width_aggregate),
-        finalizer=finalized.measurements))
+        finalizer=finalized.measurements)
     return new_state, metrics, report
 
   return client_outputs.build_process(initialize, round_fn, input_type)

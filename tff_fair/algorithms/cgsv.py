@@ -48,15 +48,12 @@ in every round (as in CGSV's first round), no reputation is tracked (they
 stay 0, q = 1), and every client receives the whole aggregate. That is
 FedAvg of Gamma-normalized updates; the clients' models are the server's.
 
-Type signatures:
+Type signatures (`client_outputs`):
 
-    initialize:               ( -> S@SERVER)
-    next:                     (<S@SERVER, {C}@CLIENTS> ->
-                               <state=S@SERVER, metrics=M@SERVER>)
+    initialize: ( -> S@SERVER)
+    next: (<S@SERVER, {C}@CLIENTS> -> <state=S@SERVER, metrics=M@SERVER>)
     next_with_client_outputs: (<S@SERVER, {C}@CLIENTS> ->
-                               <state=S@SERVER, metrics=M@SERVER,
-                                clients={O}@CLIENTS>)
-
+        <state=S@SERVER, metrics=M@SERVER, clients={O}@CLIENTS>)
     C = D* (plain) or <data=D*, attack=A*, model=W> (context)
     S.aggregator = <reputations=float32[N], round_num=int32>
     O = <model=W, phi=float32, reputation=float32, reward=float32>
@@ -167,19 +164,10 @@ def sparsify(update, share):
   return tf.nest.map_structure(keep_top, update)
 
 
-def _apply(weights, update) -> tff.learning.models.ModelWeights:
-  """`weights` moved by an update of TFF's sign (`initial - trained`)."""
-  return tff.learning.models.ModelWeights(
-      trainable=tf.nest.pack_sequence_as(weights.trainable, [
-          w - u for w, u in zip(tf.nest.flatten(weights.trainable),
-                                tf.nest.flatten(update))]),
-      non_trainable=weights.non_trainable)
 
 
 def _check_arguments(num_clients, alpha, beta, norm_gamma) -> None:
-  if isinstance(num_clients, bool) or not isinstance(
-      num_clients, (int, np.integer)) or num_clients < 1:
-    raise ValueError(f'num_clients must be an int >= 1, got {num_clients!r}.')
+  client_outputs.check_num_clients(num_clients)
   if not 0.0 <= alpha <= 1.0:
     raise ValueError(f'alpha must be in [0, 1], got {alpha}.')
   for name, value in (('beta', beta), ('norm_gamma', norm_gamma)):
@@ -197,23 +185,14 @@ def build_cgsv(
     norm_gamma: float = 0.5,
     client_weighting: fed_avg.ClientWeighting = (
         fed_avg.ClientWeighting.NUM_EXAMPLES),
-    metrics_aggregator: Optional[
-        tff.learning.metrics.MetricsAggregatorType] = None,
+    metrics_aggregator: fed_avg.MetricsAggregator = None,
     client_context: bool = False,
 ) -> client_outputs.ProcessWithClientOutputs:
   """Builds CGSV (see the module docstring).
 
-  Type signatures:
-
-      initialize:               ( -> S@SERVER)
-      next:                     (<S@SERVER, {C}@CLIENTS> ->
-                                 <state=S@SERVER, metrics=M@SERVER>)
-      next_with_client_outputs: (<S@SERVER, {C}@CLIENTS> ->
-                                 <state=S@SERVER, metrics=M@SERVER,
-                                  clients={O}@CLIENTS>)
-
-  with C = D* by default and `<data=D*, attack=A*, model=W>` under
-  `client_context`; S, O and M as in the module docstring.
+  `next` and `next_with_client_outputs` take `{C}@CLIENTS` with C = D*
+  by default and `<data=D*, attack=A*, model=W>` under `client_context`;
+  their types are in the module docstring.
 
   Args:
     model_fn: No-arg callable returning a fresh `VariableModel`.
@@ -249,13 +228,9 @@ def build_cgsv(
 
   @tff.tensorflow.computation(weights_type, reputation_type, input_type)
   def client_update(global_weights, reputation_state, client_data):
-    start = client_data['model'] if client_context else global_weights
-    data, spec, _ = fed_avg.read_client_input(
-        client_data, client_context, start, derive_seed=False)
-    trained = training_loop.build_training_loop(
-        model_fn(), client_optimizer_fn)(start, data)
-    update, data_weight = fed_avg.update_and_weight(start, trained, spec,
-                                                    client_weighting)
+    spec, trained, update, data_weight = client_outputs.train_own_model(
+        model_fn, client_optimizer_fn, client_data, client_context,
+        global_weights, client_weighting)
     normalized = normalized_update(update, norm_gamma)
     if client_context:
       index = client_outputs.client_index(spec, num_clients)
@@ -281,7 +256,7 @@ def build_cgsv(
 
   @tff.tensorflow.computation(weights_type, update_type)
   def apply_update(weights, update):
-    return _apply(weights, update)
+    return client_outputs.apply_update(weights, update)
 
   @tff.tensorflow.computation(update_type, update_type, np.int32)
   def score(normalized, aggregate, index):
@@ -317,15 +292,9 @@ def build_cgsv(
   @tff.tensorflow.computation(reward_type, np.int32)
   def select_reward(reward, index):
     share = tf.gather(reward['shares'], index)
-    # Keys in sorted order: the local runtime rebuilds the selected data
-    # set's elements with sorted keys.
-    return collections.OrderedDict(
+    return collections.OrderedDict(  # Keys sorted: `select_by_index`.
         reputation=tf.gather(reward['reputations'], index), reward=share,
         update=sparsify(reward['aggregate'], share))
-
-  @tff.tensorflow.computation(np.int32)
-  def keys_of(index):
-    return tf.reshape(index, [1])
 
   received_type = select_reward.type_signature.result
 
@@ -334,26 +303,18 @@ def build_cgsv(
   def receive(own_model, received, phi):
     reward = fed_avg.first_element(received)
     return collections.OrderedDict(
-        model=_apply(own_model, reward['update']), phi=phi,
+        model=client_outputs.apply_update(own_model, reward['update']), phi=phi,
         reputation=reward['reputation'], reward=reward['reward'])
-
-  aggregate_metrics = fed_avg.metrics_aggregation(model_fn,
-                                                  metrics_aggregator)
-  initial_weights = client_outputs.initial_weights_computation(model_fn)
 
   @tff.tensorflow.computation
   def initial_reputations():
     return collections.OrderedDict(reputations=tf.zeros([num_clients]),
                                    round_num=tf.constant(0))
 
-  @tff.federated_computation()
-  def initialize():
-    empty = tff.federated_value((), tff.SERVER)
-    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        global_model_weights=tff.federated_eval(initial_weights, tff.SERVER),
-        distributor=empty, client_work=empty,
-        aggregator=tff.federated_eval(initial_reputations, tff.SERVER),
-        finalizer=empty))
+  aggregate_metrics = fed_avg.metrics_aggregation(model_fn,
+                                                  metrics_aggregator)
+  initialize = client_outputs.build_initialize(
+      model_fn, aggregator_fn=initial_reputations)
 
   def round_fn(state, client_data):
     sums, normalized, index, local_metrics = tff.federated_map(
@@ -373,23 +334,18 @@ def build_cgsv(
         shares=shares))
     # Each client gets only its own sparsified aggregate, chosen by its
     # index (without context: index 0 and share 1 for all, the whole).
-    received = tff.federated_select(
-        tff.federated_map(keys_of, index),
-        tff.federated_value(np.int32(num_clients), tff.SERVER), reward,
-        select_reward)
+    received = client_outputs.select_by_index(index, num_clients, reward,
+                                              select_reward)
     own_models = (client_data.model if client_context
                   else tff.federated_broadcast(state.global_model_weights))
     clients = tff.federated_map(receive, (own_models, received, phi))
-    new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        global_model_weights=new_weights, distributor=state.distributor,
-        client_work=state.client_work, aggregator=reputation_state,
-        finalizer=state.finalizer))
-    metrics = tff.federated_zip(collections.OrderedDict(
-        client_work=collections.OrderedDict(
-            train=aggregate_metrics(local_metrics)),
-        aggregator=collections.OrderedDict(
+    new_state = client_outputs.next_state(state, new_weights,
+                                          aggregator=reputation_state)
+    metrics = client_outputs.round_metrics(
+        aggregate_metrics(local_metrics),
+        collections.OrderedDict(
             phis=scores.phis, participants=scores.participants,
-            reputations=reputation_state.reputations, rewards=shares)))
+            reputations=reputation_state.reputations, rewards=shares))
     return new_state, metrics, clients
 
   return client_outputs.build_process(initialize, round_fn, input_type)

@@ -38,6 +38,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fair.algorithms import fed_avg
+from tff_fair.algorithms import training_loop
 from tff_fair.algorithms import update_attacks
 
 RoundFn = Callable[[Any, Any], tuple[Any, Any, Any]]
@@ -129,14 +130,114 @@ def build_process(
                                   get_model_weights, set_model_weights)
 
 
-def initial_weights_computation(model_fn) -> tff.Computation:
-  """`( -> ModelWeights)`: a fresh model's weights, as TFF's processes."""
+def check_num_clients(num_clients) -> None:
+  """Raises `ValueError` unless `num_clients` is an int >= 1."""
+  if isinstance(num_clients, bool) or not isinstance(
+      num_clients, (int, np.integer)) or num_clients < 1:
+    raise ValueError(f'num_clients must be an int >= 1, got {num_clients!r}.')
+
+
+def build_initialize(
+    model_fn,
+    aggregator_fn: Optional[tff.Computation] = None,
+    finalizer: Optional[tff.learning.templates.FinalizerProcess] = None,
+) -> tff.Computation:
+  """`( -> S@SERVER)`: a fresh model in a `LearningAlgorithmState`.
+
+  Args:
+    model_fn: No-arg callable returning a fresh `VariableModel`.
+    aggregator_fn: No-arg TF computation of the aggregation's initial state
+      (e.g. CGSV's reputations); default `()`.
+    finalizer: A finalizer process whose `initialize` gives the finalizer's
+      state; default `()`.
+  """
 
   @tff.tensorflow.computation
   def initial_weights():
     return tff.learning.models.ModelWeights.from_model(model_fn())
 
-  return initial_weights
+  @tff.federated_computation()
+  def initialize():
+    empty = tff.federated_value((), tff.SERVER)
+    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
+        global_model_weights=tff.federated_eval(initial_weights, tff.SERVER),
+        distributor=empty, client_work=empty,
+        aggregator=(empty if aggregator_fn is None
+                    else tff.federated_eval(aggregator_fn, tff.SERVER)),
+        finalizer=empty if finalizer is None else finalizer.initialize()))
+
+  return initialize
+
+
+def next_state(state, weights, aggregator=None, finalizer=None):
+  """The round's new state (a federated value); other parts are kept."""
+  return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
+      global_model_weights=weights, distributor=state.distributor,
+      client_work=state.client_work,
+      aggregator=state.aggregator if aggregator is None else aggregator,
+      finalizer=state.finalizer if finalizer is None else finalizer))
+
+
+def round_metrics(train, aggregator, **more):
+  """`<client_work=<train=...>, aggregator=..., **more>@SERVER`.
+
+  The layout of `compose_learning_process`'s metrics, so drivers read the
+  training metrics at `client_work/train` whatever the process.
+  """
+  return tff.federated_zip(collections.OrderedDict(
+      client_work=collections.OrderedDict(train=train),
+      aggregator=aggregator, **more))
+
+
+def select_by_index(index, num_clients: int, server_value,
+                    select_fn: tff.Computation):
+  """Each client's own part of a server value, chosen by its index.
+
+  `tff.federated_select` with one key per client: the server runs
+  `select_fn(server_value, index)` for each client and sends only that.
+  The local runtime rebuilds the selected element with its mapping keys
+  sorted, so `select_fn` must return them in sorted order.
+
+  Args:
+    index: `{int32}@CLIENTS`, the clients' indices.
+    num_clients: The number of indices.
+    server_value: The value at the server.
+    select_fn: `(server value, int32) -> T`, a TF computation.
+
+  Returns:
+    `{T*}@CLIENTS`: one-element data sets (`fed_avg.first_element`).
+  """
+
+  @tff.tensorflow.computation(np.int32)
+  def keys_of(client):
+    return tf.reshape(client, [1])
+
+  return tff.federated_select(
+      tff.federated_map(keys_of, index),
+      tff.federated_value(np.int32(num_clients), tff.SERVER), server_value,
+      select_fn)
+
+
+def train_own_model(model_fn, optimizer, client_data, client_context: bool,
+                    global_weights,
+                    client_weighting: fed_avg.ClientWeighting):
+  """Local training of a client that holds its own model, in a graph.
+
+  Under client context the client starts from its own model (its input's
+  `model`), else from the global model.
+
+  Returns:
+    `(attack spec or None, training result, update, weight)` as
+    `fed_avg.read_client_input` and `fed_avg.update_and_weight` give them.
+  """
+  start = client_data['model'] if client_context else global_weights
+  data, spec, _ = fed_avg.read_client_input(
+      client_data, client_context, start, derive_seed=False)
+  trained = training_loop.build_training_loop(model_fn(), optimizer)(
+      start, data)
+  update, weight = fed_avg.update_and_weight(start, trained, spec,
+                                             client_weighting)
+  return spec, trained, update, weight
 
 
 def model_client_input(
@@ -160,6 +261,19 @@ def model_client_input(
   """
   return collections.OrderedDict(
       **fed_avg.client_input(dataset, attack), model=model, **extra)
+
+
+def apply_update(weights, update) -> tff.learning.models.ModelWeights:
+  """`weights` moved by an update of TFF's sign (`initial - trained`).
+
+  Non-trainable weights are kept. Works on any structures with the
+  trainable weights' leaves in order (lists and tuples alike).
+  """
+  return tff.learning.models.ModelWeights(
+      trainable=tf.nest.pack_sequence_as(weights.trainable, [
+          w - u for w, u in zip(tf.nest.flatten(weights.trainable),
+                                tf.nest.flatten(update))]),
+      non_trainable=weights.non_trainable)
 
 
 def client_index(spec, num_clients: int) -> tf.Tensor:

@@ -45,6 +45,7 @@ TrainingLoopFn = Callable[
     [tff.learning.models.VariableModel, tff.learning.optimizers.Optimizer],
     Callable[..., collections.OrderedDict]]
 ClientWeighting = tff.learning.ClientWeighting
+MetricsAggregator = Optional[tff.learning.metrics.MetricsAggregatorType]
 
 
 def default_server_optimizer() -> tff.learning.optimizers.Optimizer:
@@ -180,9 +181,7 @@ def check_client_weighting(client_weighting) -> None:
 
 
 def metrics_aggregation(
-    model_fn: ModelFn,
-    metrics_aggregator: Optional[
-        tff.learning.metrics.MetricsAggregatorType] = None,
+    model_fn: ModelFn, metrics_aggregator: MetricsAggregator = None
 ) -> tff.Computation:
   """The federated aggregation of the model's unfinalized client metrics.
 
