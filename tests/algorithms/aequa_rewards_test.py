@@ -1,6 +1,5 @@
 """Training-time Aequa on real digits: masked aggregation, widths, bytes."""
 
-import collections
 
 import numpy as np
 import tensorflow as tf

@@ -1,11 +1,9 @@
 """CGSV on real digits: reputations, rewards and sparsified aggregates."""
 
-import collections
 import math
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_federated as tff
 
 from tests import tff_test_utils
 from tests.algorithms import digits_clients

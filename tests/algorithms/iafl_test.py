@@ -1,11 +1,9 @@
 """IAFL on real digits: shared counts, chosen others, mixtures, resets."""
 
-import collections
 import math
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_federated as tff
 
 from tests import tff_test_utils
 from tests.algorithms import digits_clients

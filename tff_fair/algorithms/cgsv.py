@@ -67,7 +67,6 @@ with N = num_clients; in M, clients that did not take part have phi 0.
 import collections
 from collections.abc import Callable
 import math
-from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -239,7 +238,7 @@ def build_cgsv(
           lambda: tf.gather(reputation_state['reputations'], index),
           lambda: data_weight)
     else:
-      index = tf.constant(0)  # Unused: nobody is identified.
+      index = tf.constant(0)  # Nobody identified: all read entry 0.
       weight = data_weight
     sums = collections.OrderedDict(
         update=tf.nest.map_structure(lambda t: weight * t, normalized),
@@ -303,8 +302,8 @@ def build_cgsv(
   def receive(own_model, received, phi):
     reward = fed_avg.first_element(received)
     return collections.OrderedDict(
-        model=client_outputs.apply_update(own_model, reward['update']), phi=phi,
-        reputation=reward['reputation'], reward=reward['reward'])
+        model=client_outputs.apply_update(own_model, reward['update']),
+        phi=phi, reputation=reward['reputation'], reward=reward['reward'])
 
   @tff.tensorflow.computation
   def initial_reputations():
