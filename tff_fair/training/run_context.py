@@ -159,12 +159,8 @@ class RunContext:
     an older checkpoint needs that round's version. Declare `name` in the
     recipe's `client_state_dirs` so `--start_over` removes it.
     """
-    if name in self._stores:
-      raise ValueError(f'Client model store {name!r} is already open.')
-    store = client_models.ClientModelStore(
-        os.path.join(self.config.output_dir, name), template)
-    self._stores[name] = store
-    return store
+    return self._add_store(name, client_models.ClientModelStore(
+        self._state_dir(name), template))
 
   def round_state_store(self, name: str, initial: Any = None
                         ) -> round_state.RoundStateStore:
@@ -174,10 +170,15 @@ class RunContext:
     contribution tracker's state); versioned with the checkpoints like
     `client_model_store` (declare `name` in `client_state_dirs` too).
     """
+    return self._add_store(name, round_state.RoundStateStore(
+        self._state_dir(name), initial))
+
+  def _state_dir(self, name: str) -> str:
     if name in self._stores:
-      raise ValueError(f'State store {name!r} is already open.')
-    store = round_state.RoundStateStore(
-        os.path.join(self.config.output_dir, name), initial)
+      raise ValueError(f'A state store {name!r} is already open.')
+    return os.path.join(self.config.output_dir, name)
+
+  def _add_store(self, name, store):
     self._stores[name] = store
     return store
 
