@@ -93,19 +93,21 @@ class RunConfigTest(parameterized.TestCase):
        'ditto'),
       ('contributions_file', 'ditto', dict(contributions_file='c.json'),
        'aequa'),
-      ('p_min', 'standalone', dict(p_min=0.2), 'aequa'),
+      ('width_step', 'standalone', dict(width_step=0.05), 'aequa'),
+      ('p_min', 'standalone', dict(p_min=0.2), 'aequa or aequa_rewards'),
       ('finetune_epochs', 'ditto', dict(finetune_epochs=3), 'fedavg_ft'),
   )
   def test_another_algorithm_s_setting_is_refused(self, algorithm, setting,
                                                   owner):
     name = list(setting)[-1]
+    first = owner.split(' or ')[0]  # The one suggested when several share it.
     with self.assertRaisesRegex(
         config_lib.ConfigError,
         f'^--{name}=.* is a setting of --algorithm={owner}, which'
         f' --algorithm={algorithm} ignores; drop --{name} or use'
-        f' --algorithm={owner}.$'):
+        f' --algorithm={first}.$'):
       self._config(algorithm=algorithm, **setting)
-    self._config(algorithm=owner, **setting)  # Its own algorithm's.
+    self._config(algorithm=first, **setting)  # Its own algorithm's.
 
   @parameterized.named_parameters(
       ('dp_noise', dict(dp_noise_multiplier=0.5), 'aggregator', 'mean',
