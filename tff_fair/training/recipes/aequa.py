@@ -31,11 +31,33 @@ ALLOCATION_SOLVERS = ('exact', 'annealing')
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
-  """Attributes:
+class WidthSettings:
+  """The slimmable training's widths (Aequa's, and its training-time rewards').
 
+  Attributes:
     p_min / p_max: The width range (0 < p_min <= p_max <= 1).
-    widths_per_step: Widths sampled per local step besides the full.
+    widths_per_step: Widths sampled per local step besides the top one.
+  """
+
+  p_min: float = config_lib.setting(0.1, 'aequa: smallest width.')
+  p_max: float = config_lib.setting(1.0, 'aequa: largest sampled width.')
+  widths_per_step: int = config_lib.setting(
+      1, 'aequa: widths sampled per step besides the full one.')
+
+  def __post_init__(self):
+    try:
+      contribution.check_width_range(self.p_min, self.p_max)
+    except ValueError as e:
+      raise config_lib.ConfigError(str(e)) from e
+    if self.widths_per_step < 0:
+      raise config_lib.ConfigError(
+          f'widths_per_step must be >= 0, got {self.widths_per_step}.')
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings(WidthSettings):
+  """Attributes (besides `WidthSettings`'):
+
     width_step: Spacing of the width-accuracy curve's widths. The default
       0.01 is the benchmark's grid: a coarser grid leaves jumps in a steep
       curve that no allocation can bridge, so gains spread more (README,
@@ -53,10 +75,6 @@ class Settings:
       data); not on the client's own test split.
   """
 
-  p_min: float = config_lib.setting(0.1, 'aequa: smallest width.')
-  p_max: float = config_lib.setting(1.0, 'aequa: largest sampled width.')
-  widths_per_step: int = config_lib.setting(
-      1, 'aequa: widths sampled per step besides the full one.')
   width_step: float = config_lib.setting(
       0.01, "aequa: spacing of the width-accuracy curve's widths, from"
       ' --p_min to --p_max; each client is rewarded one of them. The default'
@@ -80,19 +98,16 @@ class Settings:
       ' pooled).', resumable=True)
 
   def __post_init__(self):
+    super().__post_init__()
     config_lib.check_choice('allocation_solver', self.allocation_solver,
                             ALLOCATION_SOLVERS)
-    try:
-      contribution.check_width_range(self.p_min, self.p_max)
-    except ValueError as e:
-      raise config_lib.ConfigError(str(e)) from e
     if not 0 < self.width_step <= 1:
       raise config_lib.ConfigError(
           f'width_step must be in (0, 1], got {self.width_step}.')
-    for name in ('widths_per_step', 'annealing_iterations'):
-      if getattr(self, name) < 0:
-        raise config_lib.ConfigError(
-            f'{name} must be >= 0, got {getattr(self, name)}.')
+    if self.annealing_iterations < 0:
+      raise config_lib.ConfigError(
+          'annealing_iterations must be >= 0, got'
+          f' {self.annealing_iterations}.')
 
   def width_grid(self) -> tuple[float, ...]:
     """Widths of the width-accuracy curve: p_min, p_min + step, ..., p_max."""

@@ -30,6 +30,7 @@ from tff_fair.evaluation import statistics
 from tff_fair.fairness import contribution
 from tff_fair.training import config as config_lib
 from tff_fair.training import rewards as rewards_lib
+from tff_fair.training.recipes import aequa
 from tff_fair.training.recipes import recipe
 
 ASSESSMENTS = ('cgsv', 'data_size')
@@ -41,12 +42,11 @@ ROUND_LOG_FIELDS = ('round', 'client', 'malicious', 'width', 'assessment',
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
-  """Attributes:
+class Settings(aequa.WidthSettings):
+  """Attributes (besides `aequa.WidthSettings`': every client trains p_min,
+  the top contributor(s) get p_max; the widths sampled per step lie below
+  the client's p_i):
 
-    p_min / p_max: The width range; every client trains p_min, the top
-      contributor(s) get p_max.
-    widths_per_step: Widths sampled per local step below the client's p_i.
     contribution_assessment: 'cgsv' (cosine of the client's update to the
       aggregate on the minimum-width sub-network) or 'data_size'.
     contribution_gamma: Weight of the past in the smoothed contribution,
@@ -55,11 +55,6 @@ class Settings:
       normalized contribution q; above 1 widens the gap.
   """
 
-  # Shared with aequa (same names and defaults: one flag each).
-  p_min: float = config_lib.setting(0.1, 'aequa: smallest width.')
-  p_max: float = config_lib.setting(1.0, 'aequa: largest sampled width.')
-  widths_per_step: int = config_lib.setting(
-      1, 'aequa: widths sampled per step besides the full one.')
   contribution_assessment: str = config_lib.setting(
       'cgsv', 'aequa_rewards: how a round assesses each client: cgsv (the'
       ' cosine of its update to the aggregate on the minimum-width'
@@ -72,16 +67,13 @@ class Settings:
       ' the contribution q over the largest; above 1 widens the gap.')
 
   def __post_init__(self):
+    super().__post_init__()
     config_lib.check_choice('contribution_assessment',
                             self.contribution_assessment, ASSESSMENTS)
     try:
-      contribution.check_width_range(self.p_min, self.p_max)
       contribution.ContributionTracker(gamma=self.contribution_gamma)
     except ValueError as e:
-      raise config_lib.ConfigError(f'{e}') from e
-    if self.widths_per_step < 0:
-      raise config_lib.ConfigError(
-          f'widths_per_step must be >= 0, got {self.widths_per_step}.')
+      raise config_lib.ConfigError(str(e)) from e
     if not (math.isfinite(self.reward_exponent) and self.reward_exponent > 0):
       raise config_lib.ConfigError(
           'reward_exponent must be a finite number > 0, got'
