@@ -121,11 +121,15 @@ def make_config(**values: Any) -> config_lib.RunConfig:
 
 def output_files() -> tuple[str, ...]:
   """Every recipe's own files in an output directory (for --start_over)."""
-  return tuple(dict.fromkeys(
-      f for r in RECIPES.values() for f in r.output_files))
+  return _every('output_files')
 
 
 def client_state_dirs() -> tuple[str, ...]:
   """Every recipe's per-client state folders in an output directory."""
+  return _every('client_state_dirs')
+
+
+def _every(attribute: str) -> tuple[str, ...]:
+  """The union of one tuple attribute over the recipes, in registry order."""
   return tuple(dict.fromkeys(
-      d for r in RECIPES.values() for d in r.client_state_dirs))
+      name for r in RECIPES.values() for name in getattr(r, attribute)))
