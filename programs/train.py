@@ -134,9 +134,7 @@ flags.DEFINE_float('attack_scale', _DEFAULTS.attack_scale,
 def _define_algorithm_flags() -> None:
   """One flag per algorithm setting, from its recipe's `Settings` field."""
   for field, owners in registry.setting_fields():
-    help_text = field.metadata['help']
-    if len(owners) > 1:
-      help_text = f'{"/".join(owners)}: {help_text.split(": ", 1)[-1]}'
+    help_text = f'{"/".join(owners)}: {field.metadata["help"]}'
     if field.metadata['choices']:
       flags.DEFINE_enum(field.name, field.default, field.metadata['choices'],
                         help_text)

@@ -10,6 +10,7 @@ from tff_fair.runtime import remote
 from tff_fair.state import client_store
 from tff_fair.training import config as config_lib
 from tff_fair.training import run_dir
+from tff_fair.training.recipes import registry
 
 
 class ExitCodesTest(absltest.TestCase):
@@ -38,6 +39,14 @@ class FlagHelpTest(absltest.TestCase):
     help_text = train.FLAGS['model'].help
     for name in model_names.MODELS:
       self.assertRegex(help_text, rf'\b{name}\b')
+
+  def test_every_algorithm_setting_is_a_flag_naming_its_algorithms(self):
+    for field, owners in registry.setting_fields():
+      flag = train.FLAGS[field.name]
+      self.assertEqual(flag.default, field.default, field.name)
+      # (absl puts an enum's choices first.)
+      self.assertIn(f'{"/".join(owners)}: {field.metadata["help"]}',
+                    flag.help)
 
 
 if __name__ == '__main__':

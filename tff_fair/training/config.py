@@ -388,7 +388,8 @@ def setting(default: Any, help_text: str, *, choices: Sequence[str] = (),
 
   Args:
     default: The value when the flag is not given.
-    help_text: The flag's help.
+    help_text: The flag's help (the program prefixes the algorithms that
+      read it).
     choices: The allowed values of a string setting (its flag is an enum).
     resumable: Whether a resumed run may change it (it acts after training,
       or only on what is still to come).

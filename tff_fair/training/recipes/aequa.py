@@ -39,10 +39,10 @@ class WidthSettings:
     widths_per_step: Widths sampled per local step besides the top one.
   """
 
-  p_min: float = config_lib.setting(0.1, 'aequa: smallest width.')
-  p_max: float = config_lib.setting(1.0, 'aequa: largest sampled width.')
+  p_min: float = config_lib.setting(0.1, 'smallest width.')
+  p_max: float = config_lib.setting(1.0, 'largest sampled width.')
   widths_per_step: int = config_lib.setting(
-      1, 'aequa: widths sampled per step besides the full one.')
+      1, 'widths sampled per step besides the full one.')
 
   def __post_init__(self):
     try:
@@ -76,7 +76,7 @@ class Settings(WidthSettings):
   """
 
   width_step: float = config_lib.setting(
-      0.01, "aequa: spacing of the width-accuracy curve's widths, from"
+      0.01, "spacing of the width-accuracy curve's widths, from"
       ' --p_min to --p_max; each client is rewarded one of them. The default'
       " 0.01 is the benchmark's: a coarser grid leaves jumps in a steep"
       ' curve that spread the gains (README, "Aequa": gain spread 0.070 with'
@@ -85,12 +85,12 @@ class Settings(WidthSettings):
       ' on 2 cores). May change when resuming: a finished run re-allocates'
       ' without retraining the global model.', resumable=True)
   allocation_solver: str = config_lib.setting(
-      'exact', 'aequa: width allocation.', choices=ALLOCATION_SOLVERS,
+      'exact', 'width allocation.', choices=ALLOCATION_SOLVERS,
       resumable=True)
   annealing_iterations: int = config_lib.setting(
-      0, 'aequa: annealer iterations (0: its default).', resumable=True)
+      0, 'annealer iterations (0: its default).', resumable=True)
   contributions_file: str = config_lib.setting(
-      '', 'aequa: JSON {client_id: contribution} for every client. Default:'
+      '', 'JSON {client_id: contribution} for every client. Default:'
       " each client trains a model alone and its contribution is that"
       " model's accuracy on the common held-out set the width-accuracy curve"
       " is measured on (the server's validation set with"

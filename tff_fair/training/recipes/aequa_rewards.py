@@ -56,14 +56,14 @@ class Settings(aequa.WidthSettings):
   """
 
   contribution_assessment: str = config_lib.setting(
-      'cgsv', 'aequa_rewards: how a round assesses each client: cgsv (the'
+      'cgsv', 'how a round assesses each client: cgsv (the'
       ' cosine of its update to the aggregate on the minimum-width'
       ' sub-network) or data_size.', choices=ASSESSMENTS)
   contribution_gamma: float = config_lib.setting(
-      0.5, 'aequa_rewards: weight of past rounds in each contribution, in'
+      0.5, 'weight of past rounds in each contribution, in'
       ' [0, 1) (0: the latest round only).')
   reward_exponent: float = config_lib.setting(
-      1.0, 'aequa_rewards: width = p_min + (p_max - p_min) * q^exponent of'
+      1.0, 'width = p_min + (p_max - p_min) * q^exponent of'
       ' the contribution q over the largest; above 1 widens the gap.')
 
   def __post_init__(self):

@@ -79,26 +79,26 @@ class Settings:
   """
 
   ditto_lambda: float = config_lib.setting(
-      1.0, 'ditto: lambda of every client.')
+      1.0, 'lambda of every client.')
   ditto_lambda_grid: str = config_lib.setting(
-      '', 'ditto: comma-separated lambdas; each client picks one by'
+      '', 'comma-separated lambdas; each client picks one by'
       ' validation loss (e.g. 0.1,1,2), again every --ditto_lambda_every'
       ' rounds.')
   ditto_lambda_every: int = config_lib.setting(
-      1, "ditto: re-choose each client's lambda from the grid every N rounds"
+      1, "re-choose each client's lambda from the grid every N rounds"
       ' (0: once, at its first round).')
   ditto_lambdas_file: str = config_lib.setting(
-      '', 'ditto: JSON file {client_id: lambda} for every client.')
+      '', 'JSON file {client_id: lambda} for every client.')
   ditto_variant: str = config_lib.setting(
-      'sequential', 'ditto: update schedule.', choices=VARIANTS)
+      'sequential', 'update schedule.', choices=VARIANTS)
   personal_epochs: int = config_lib.setting(
-      1, 'ditto: personal epochs per round (sequential).')
+      1, 'personal epochs per round (sequential).')
   personal_optimizer: str = config_lib.setting(
-      'sgd', 'ditto: personal optimizer.', choices=config_lib.OPTIMIZERS)
+      'sgd', 'personal optimizer.', choices=config_lib.OPTIMIZERS)
   personal_learning_rate: float = config_lib.setting(
-      0.0, 'ditto: personal learning rate (0: the client learning rate).')
+      0.0, 'personal learning rate (0: the client learning rate).')
   personal_iterate: str = config_lib.setting(
-      'average', "ditto: personal model kept each round: the average of the"
+      'average', "personal model kept each round: the average of the"
       " round's iterates, or the last one (reference).",
       choices=PERSONAL_ITERATES)
 

@@ -21,7 +21,7 @@ class Settings:
   """
 
   finetune_epochs: int = config_lib.setting(
-      1, 'fedavg_ft: local fine-tuning epochs.')
+      1, 'local fine-tuning epochs.')
 
   def __post_init__(self):
     if self.finetune_epochs < 1:

@@ -28,7 +28,7 @@ class Settings:
   """
 
   fedprox_mu: float = config_lib.setting(
-      0.01, 'fedprox: proximal strength mu (>= 0; 0 is FedAvg).')
+      0.01, 'proximal strength mu (>= 0; 0 is FedAvg).')
 
   def __post_init__(self):
     if not (math.isfinite(self.fedprox_mu) and self.fedprox_mu >= 0):
