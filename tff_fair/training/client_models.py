@@ -122,10 +122,6 @@ class RoundLog:
     self._path = path
     self._fields = tuple(fields)
 
-  @property
-  def path(self) -> str:
-    return self._path
-
   def open(self, round_num: int) -> None:
     """Keeps the rows of rounds <= `round_num` (creates the file if new)."""
     rows = self.read()
