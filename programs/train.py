@@ -129,6 +129,10 @@ flags.DEFINE_float('malicious_fraction', _DEFAULTS.malicious_fraction,
                    'Fraction of clients that attack.')
 flags.DEFINE_float('attack_scale', _DEFAULTS.attack_scale,
                    'model_replacement: update multiplier.')
+flags.DEFINE_string('label_noise_file', _DEFAULTS.label_noise_file,
+                    'JSON {client_id: fraction} of each named client\'s'
+                    ' training labels replaced by random classes (1: a free'
+                    ' rider; clients not named keep their labels).')
 
 
 def _define_algorithm_flags() -> None:

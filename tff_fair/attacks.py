@@ -4,7 +4,7 @@ A fixed, seeded set of clients is malicious for the whole run. Three attacks
 from the Ditto paper's robustness study:
 
 * A1 `label_poisoning`: a malicious client trains on random labels (a data
-  attack: `poison_labels`, applied by the driver to the client's training
+  attack: `noisy_labels` of every label, applied by the driver to the client's training
   split, so it works with any algorithm).
 * A2 `random_updates`: a malicious client sends Gaussian noise with the same
   standard deviation (per tensor) as its real update.
@@ -77,9 +77,24 @@ def choose_malicious(
   return frozenset(client_ids[i] for i in chosen)
 
 
-def poison_labels(
-    labels: np.ndarray, num_classes: int, seed: int, client_index: int
+def noisy_labels(
+    labels: np.ndarray, num_classes: int, fraction: float, seed: int,
+    client_index: int,
 ) -> np.ndarray:
-  """A1: labels replaced by uniformly random classes (fixed per client)."""
+  """A `fraction` of the labels replaced by uniformly random classes.
+
+  The labels replaced (round(fraction * n), drawn at random) and their new
+  classes are fixed per client and seed; a new class may equal the old one.
+  Fraction 1 replaces every label: attack A1's random labels, and a free
+  rider's in `--label_noise_file`.
+  """
   rng = np.random.default_rng([seed, 0x1AB, client_index])
-  return rng.integers(0, num_classes, size=labels.shape).astype(labels.dtype)
+  random_labels = rng.integers(0, num_classes, size=labels.shape).astype(
+      labels.dtype)
+  if fraction >= 1.0:
+    return random_labels
+  replaced = rng.choice(labels.size, size=int(round(fraction * labels.size)),
+                        replace=False)
+  noisy = labels.copy()
+  noisy[replaced] = random_labels[replaced]
+  return noisy

@@ -4,6 +4,8 @@ A2/A3 must change what the malicious clients send, and nothing else; A1
 must change the labels the malicious clients train on, and nothing else.
 """
 
+import json
+
 from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
@@ -12,6 +14,7 @@ from tests import tff_test_utils
 from tff_fair.algorithms import fed_avg
 from tff_fair import attacks
 from tff_fair.algorithms import update_attacks
+from tff_fair.training import config as config_lib
 from tff_fair.training import driver
 from tff_fair.training.recipes import registry
 from tff_fair.training import sampling
@@ -93,13 +96,15 @@ class LabelPoisoningTest(tff_test_utils.TffTestCase):
 
     # The batches the driver trains on (rounds and standalone training),
     # against the same batches unpoisoned: same order, other labels.
-    def labels(poisoned):
+    def labels(label_noise):
       return [np.concatenate([b['y'] for b in ds.as_numpy_iterator()])
               for ds in sampling.client_datasets(trainer.experiment, ids, 1, 1,
-                                               poisoned=poisoned)]
+                                                 label_noise=label_noise)]
 
-    for cid, fed, true in zip(ids, labels(trainer.context.poisoned),
-                              labels(frozenset())):
+    self.assertEqual(trainer.context.label_noise,
+                     dict.fromkeys(trainer.malicious, 1.0))
+    for cid, fed, true in zip(ids, labels(trainer.context.label_noise),
+                              labels({})):
       if cid in trainer.malicious:
         self.assertBetween(np.mean(fed == true), 0.0, 0.25)  # Chance: 0.1.
         self.assertTrue(np.all((fed >= 0) & (fed < 10)))
@@ -116,6 +121,45 @@ class LabelPoisoningTest(tff_test_utils.TffTestCase):
         self.assertLess(accuracy[cid], 0.3)
       else:
         self.assertGreater(accuracy[cid], 0.7)
+
+
+class LabelNoiseFileTest(tff_test_utils.TffTestCase):
+
+  def _write(self, mapping) -> str:
+    path = self.create_tempfile('noise.json').full_path
+    with open(path, 'w') as f:
+      json.dump(mapping, f)
+    return path
+
+  def test_named_clients_train_on_that_share_of_random_labels(self):
+    path = self._write({'client_0000': 1.0, 'client_0001': 0.5})
+    config = _config(self.create_tempdir().full_path, label_noise_file=path,
+                     malicious_fraction=0.0)
+    trainer = driver.Trainer(driver.build_experiment(config))
+    data = trainer.experiment.data
+    changed = {}
+    for cid in data.client_ids:
+      _, true = data.arrays(cid, 'train')
+      _, trained_on = trainer.context.training_arrays(cid)
+      changed[cid] = np.mean(trained_on != true)
+    # A random class is the true one 1 time in 10.
+    self.assertBetween(changed['client_0000'], 0.8, 0.97)
+    self.assertBetween(changed['client_0001'], 0.35, 0.5)
+    self.assertEqual(changed['client_0002'], 0.0)
+    self.assertEqual(changed['client_0003'], 0.0)
+
+  def test_bad_files_are_refused_before_any_work(self):
+    out = self.create_tempdir().full_path
+    for mapping, message in (
+        ({'client_0000': 1.5}, r'fraction in \[0, 1\]'),
+        ({'client_0042': 0.5}, 'this run does not have'),
+        ({'client_0000': 'half'}, 'not a finite number'),
+    ):
+      with self.subTest(mapping), self.assertRaisesRegex(
+          config_lib.ConfigError, message):
+        driver.build_experiment(_config(
+            out, label_noise_file=self._write(mapping),
+            malicious_fraction=0.0))
 
 
 if __name__ == '__main__':

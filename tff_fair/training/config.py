@@ -181,6 +181,9 @@ class RunConfig:
     dp_noise_multiplier: Noise multiplier of the 'dp' aggregator.
     attack: One of `tff_fair.attacks.ATTACKS`.
     malicious_fraction: Fraction of clients that attack.
+    label_noise_file: JSON {client_id: fraction} of each named client's
+      training labels replaced by random classes (1: a free rider); for
+      studies of contributions and rewards. '' (default): none.
     attack_scale: Update multiplier of 'model_replacement'.
     settings: The algorithm's own settings: an instance of its recipe's
       `Settings` (`NoSettings` for an algorithm without any).
@@ -221,6 +224,7 @@ class RunConfig:
   attack: str = 'none'
   malicious_fraction: float = 0.0
   attack_scale: float = 10.0
+  label_noise_file: str = ''
 
   settings: Any = dataclasses.field(default_factory=lambda: NoSettings())
 

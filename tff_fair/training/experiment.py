@@ -84,13 +84,22 @@ def build_aggregator(
 
 
 def load_client_values(
-    path: str, client_ids: Sequence[str], what: str
+    path: str, client_ids: Sequence[str], what: str,
+    every_client: bool = True,
 ) -> dict[str, float]:
   """A JSON file {client_id: number} covering every client.
 
+  Args:
+    path: The file.
+    client_ids: The run's clients.
+    what: What the numbers are, for messages.
+    every_client: False lets the file leave clients out (they are left out
+      of the result too).
+
   Raises:
     ConfigError: If the file is unreadable, not such a mapping, misses a
-      client or holds a value that is not a finite number.
+      client (with `every_client`), names an unknown one or holds a value
+      that is not a finite number.
   """
   try:
     with open(path) as f:
@@ -104,7 +113,7 @@ def load_client_values(
         f'{path} holds a JSON {type(mapping).__name__}; it must hold a JSON'
         f' object {{client_id: {what}}}.')
   missing = [cid for cid in client_ids if cid not in mapping]
-  if missing:
+  if missing and every_client:
     raise config_lib.ConfigError(
         f'{path} has no {what} for {len(missing)} client(s), e.g.'
         f' {", ".join(missing[:5])}; give every client a value.')
@@ -115,13 +124,36 @@ def load_client_values(
         f'{path} names {len(unknown)} client(s) this run does not have, e.g.'
         f' {", ".join(unknown[:5])}; its clients are {client_ids[0]} ..'
         f' {client_ids[-1]}.')
-  for cid in client_ids:
+  given = [cid for cid in client_ids if cid in mapping]
+  for cid in given:
     value = mapping[cid]
     if (isinstance(value, bool) or not isinstance(value, (int, float))
         or not math.isfinite(value)):
       raise config_lib.ConfigError(
           f'{path}: the {what} of {cid!r} is {value!r}, not a finite number.')
-  return {cid: float(mapping[cid]) for cid in client_ids}
+  return {cid: float(mapping[cid]) for cid in given}
+
+
+def load_label_noise(path: str, client_ids: Sequence[str]
+                     ) -> dict[str, float]:
+  """`--label_noise_file`: {client_id: fraction of labels made random}.
+
+  Clients it leaves out keep their labels; '' means none.
+
+  Raises:
+    ConfigError: As `load_client_values`, and for a fraction outside
+      [0, 1].
+  """
+  if not path:
+    return {}
+  noise = load_client_values(path, client_ids, 'label noise fraction',
+                             every_client=False)
+  for cid, fraction in noise.items():
+    if not 0.0 <= fraction <= 1.0:
+      raise config_lib.ConfigError(
+          f'{path}: the label noise fraction of {cid!r} is {fraction}; give'
+          ' a fraction in [0, 1] (1: every label random, a free rider).')
+  return noise
 
 
 def model_spec_for(
@@ -303,6 +335,7 @@ def build_experiment(
         f' (--partition={config.partition},'
         f' --num_clients={config.num_clients}): {e}') from e
   check_splits(config, federated, needed_splits)
+  load_label_noise(config.label_noise_file, federated.client_ids)
   plain_name = config.model.removeprefix('slimmable_')
   try:
     model_spec = model_spec_for(source, config.model, slimmable=slimmable)

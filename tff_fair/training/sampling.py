@@ -36,13 +36,18 @@ def shuffle_seed(seed: int, round_num: int, client_index: int,
 
 def training_arrays(
     experiment: experiment_lib.Experiment, client_id: str,
-    poisoned: frozenset[str], client_index: Mapping[str, int],
+    label_noise: Mapping[str, float], client_index: Mapping[str, int],
 ) -> tuple[np.ndarray, np.ndarray]:
-  """A client's training split as it trains on it (attack A1's labels too)."""
+  """A client's training split as it trains on it, its noisy labels too.
+
+  `label_noise` maps clients to the fraction of their labels replaced by
+  random ones (1 for attack A1's clients); others keep theirs.
+  """
   x, y = experiment.data.arrays(client_id, 'train')
-  if client_id in poisoned:
-    y = attacks.poison_labels(y, experiment.data.source.num_classes,
-                              experiment.config.seed, client_index[client_id])
+  fraction = label_noise.get(client_id, 0.0)
+  if fraction > 0:
+    y = attacks.noisy_labels(y, experiment.data.source.num_classes, fraction,
+                             experiment.config.seed, client_index[client_id])
   return x, y
 
 
@@ -53,7 +58,7 @@ def client_datasets(
     epochs: int,
     *,
     stream: int = 0,
-    poisoned: frozenset[str] = frozenset(),
+    label_noise: Optional[Mapping[str, float]] = None,
     client_index: Optional[Mapping[str, int]] = None,
 ) -> list[tf.data.Dataset]:
   """Shuffled, repeated, batched training data for `client_ids`.
@@ -65,7 +70,8 @@ def client_datasets(
     epochs: Passes over each client's training split.
     stream: Separates independent shuffles of the same round (e.g. Ditto's
       personal epochs in the sequential variant).
-    poisoned: Clients whose labels are replaced by random ones (attack A1).
+    label_noise: Client -> fraction of its labels replaced by random ones
+      (attack A1, `--label_noise_file`); default none.
     client_index: Client id -> position in `experiment.data.client_ids`
       (seeds shuffles); pass it to avoid rebuilding it every round.
 
@@ -77,7 +83,7 @@ def client_datasets(
   index = client_index or {cid: i for i, cid in enumerate(data.client_ids)}
   datasets = []
   for cid in client_ids:
-    x, y = training_arrays(experiment, cid, poisoned, index)
+    x, y = training_arrays(experiment, cid, label_noise or {}, index)
     ds = tf.data.Dataset.from_tensor_slices(
         collections.OrderedDict(x=x, y=y)).shuffle(
             len(y), seed=shuffle_seed(config.seed, round_num, index[cid],
