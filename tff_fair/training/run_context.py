@@ -36,6 +36,8 @@ class RunContext:
     config: The run's settings (`experiment.config`).
     malicious: The clients that attack (empty without an attack).
     poisoned: The clients whose training labels are random (attack A1).
+    label_noise: Client -> the fraction of its training labels replaced by
+      random ones (`--label_noise_file`; 1 for the poisoned clients).
     client_index: Client id -> position in `experiment.data.client_ids`.
     evaluator: Evaluates the trained architecture.
     plain_evaluator: Evaluates the architecture without a width input
@@ -50,6 +52,10 @@ class RunContext:
                                               config.attack_config())
     self.poisoned = (self.malicious if config.attack ==
                      attacks.LABEL_POISONING else frozenset())
+    self.label_noise = {
+        **experiment_lib.load_label_noise(config.label_noise_file,
+                                          client_ids),
+        **dict.fromkeys(self.poisoned, 1.0)}
     self.client_index = {cid: i for i, cid in enumerate(client_ids)}
     self.evaluator = per_client.ClientEvaluator(
         experiment.model_spec.build_keras)
@@ -77,12 +83,12 @@ class RunContext:
     """
     return sampling.client_datasets(
         self.experiment, client_ids, round_num, epochs, stream=stream,
-        poisoned=self.poisoned, client_index=self.client_index)
+        label_noise=self.label_noise, client_index=self.client_index)
 
   def training_arrays(self, client_id: str) -> tuple[np.ndarray, np.ndarray]:
-    """A client's training split as it trains on it (A1's labels too)."""
+    """A client's training split as it trains on it (noisy labels too)."""
     return sampling.training_arrays(self.experiment, client_id,
-                                    self.poisoned, self.client_index)
+                                    self.label_noise, self.client_index)
 
   def evaluate(
       self, weights: per_client.WeightsSource, split: str = 'test',
@@ -144,6 +150,52 @@ class RunContext:
     c = self.config
     return max(1, round(c.rounds * c.local_epochs * c.clients_per_round /
                         c.num_clients))
+
+  def common_held_out(self) -> tuple[tuple[np.ndarray, np.ndarray],
+                                     tuple[np.ndarray, np.ndarray]]:
+    """The held-out sets every client is judged on alike: (assess, test).
+
+    With server held-out sets (`server_held_out_examples`) the server's
+    validation and test sets. Without them all clients' validation splits
+    pooled (their test splits when there is none) and their test splits
+    pooled.
+    """
+    data = self.experiment.data
+    if data.has_server_held_out:
+      return data.server_arrays('validation'), data.server_arrays('test')
+    has_validation = any(data.num_examples(c, 'validation')
+                         for c in data.client_ids)
+    return (self._pooled('validation' if has_validation else 'test'),
+            self._pooled('test'))
+
+  def _pooled(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every client's `split` examples, concatenated."""
+    data = self.experiment.data
+    arrays = [data.arrays(cid, split) for cid in data.client_ids]
+    return (np.concatenate([x for x, _ in arrays]),
+            np.concatenate([y for _, y in arrays]))
+
+  def standalone_contributions(
+      self, held_out: tuple[np.ndarray, np.ndarray]
+  ) -> tuple[dict[str, tff.learning.models.ModelWeights], dict[str, float]]:
+    """Each client's model trained alone, and its accuracy on `held_out`.
+
+    The contribution surrogate of Aequa and IAFL: every client trains
+    `standalone_epochs()` epochs from the run's initial weights (the plain
+    architecture); its model is judged on common data, not on its own test
+    split, so a skewed client is measured on the federation's distribution.
+
+    Returns:
+      (client id -> its standalone model, client id -> its accuracy).
+    """
+    logging.info('Measuring contributions as standalone accuracy on common'
+                 ' held-out data (%d examples).', len(held_out[1]))
+    models = self.train_locally(
+        self.experiment.plain_model_spec.initial_weights(self.config.seed),
+        self.standalone_epochs(), tag=0)
+    on_held_out = self.plain_evaluator.evaluate_clients(
+        models, self.client_ids, lambda _: held_out)
+    return models, {cid: m.accuracy for cid, m in on_held_out.items()}
 
   def benign(self, client_ids: Sequence[str]) -> list[str]:
     """`client_ids` without the malicious clients."""

@@ -17,9 +17,6 @@ import dataclasses
 import math
 import os
 
-from absl import logging
-import numpy as np
-
 from tff_fair.algorithms import aequa as aequa_lib
 from tff_fair.fairness import contribution
 from tff_fair.training import config as config_lib
@@ -28,7 +25,6 @@ from tff_fair.training import rewards as rewards_lib
 from tff_fair.training.recipes import recipe
 
 ALLOCATION_SOLVERS = ('exact', 'annealing')
-
 
 @dataclasses.dataclass(frozen=True)
 class WidthSettings:
@@ -52,7 +48,6 @@ class WidthSettings:
     if self.widths_per_step < 0:
       raise config_lib.ConfigError(
           f'widths_per_step must be >= 0, got {self.widths_per_step}.')
-
 
 @dataclasses.dataclass(frozen=True)
 class Settings(WidthSettings):
@@ -118,7 +113,6 @@ class Settings(WidthSettings):
       grid.append(self.p_max)
     return tuple(grid)
 
-
 class Aequa(recipe.Recipe):
   """Slimmable FedAvg, then contributions, width allocation and rewards."""
 
@@ -142,13 +136,6 @@ class Aequa(recipe.Recipe):
         p_max=settings.p_max, widths_per_step=settings.widths_per_step,
         client_context=True)
 
-  def _pooled(self, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """Every client's `split` examples, concatenated."""
-    data = self.context.experiment.data
-    arrays = [data.arrays(cid, split) for cid in data.client_ids]
-    return (np.concatenate([x for x, _ in arrays]),
-            np.concatenate([y for _, y in arrays]))
-
   def final_evaluations(self, global_weights):
     """'global', the contributions' 'standalone' models and 'aequa'.
 
@@ -168,27 +155,13 @@ class Aequa(recipe.Recipe):
     context = self.context
     data = context.experiment.data
     evaluations = super().final_evaluations(global_weights)
-    if data.has_server_held_out:
-      held_out = data.server_arrays('validation')
-      reward_test = data.server_arrays('test')
-    else:
-      has_validation = any(data.num_examples(c, 'validation')
-                           for c in data.client_ids)
-      held_out = self._pooled('validation' if has_validation else 'test')
-      reward_test = self._pooled('test')
+    held_out, reward_test = context.common_held_out()
     if settings.contributions_file:
       contributions = experiment_lib.load_client_values(
           settings.contributions_file, data.client_ids, 'contribution')
     else:
-      logging.info('Measuring contributions as standalone accuracy on the'
-                   ' common held-out data (%d examples).', len(held_out[1]))
-      models = context.train_locally(
-          context.experiment.plain_model_spec.initial_weights(config.seed),
-          context.standalone_epochs(), tag=0)
+      models, contributions = context.standalone_contributions(held_out)
       evaluations['standalone'] = context.evaluate(models, plain=True)
-      on_held_out = context.plain_evaluator.evaluate_clients(
-          models, data.client_ids, lambda _: held_out)
-      contributions = {cid: m.accuracy for cid, m in on_held_out.items()}
     rewards = rewards_lib.assign_rewards(
         context.experiment.model_spec.build_keras, global_weights,
         settings.width_grid(), held_out, contributions,
