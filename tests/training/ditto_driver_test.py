@@ -171,7 +171,7 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
     for client_input in seen_inputs[0]:
       self.assertAllClose(client_input['personal'].trainable,
                           initial.trainable)
-    personal = trainer.recipe.personal_models
+    personal = trainer.recipe.own_models
     for cid in set(ids) - set(round1) - set(round2):
       self.assertIsNone(personal.weights(cid))  # Never trained: no state.
     # A client sampled in round 1 but not round 2 kept its round-1 model.
@@ -276,7 +276,7 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
       self.assertEqual(int(row['lambda_chosen']), int(rechosen))
     for cid in ids:
       self.assertEqual(trainer.recipe.lam(cid), chosen[(2, cid)])
-      self.assertAllClose(trainer.recipe.personal_models.weights(cid).trainable,
+      self.assertAllClose(trainer.recipe.own_models.weights(cid).trainable,
                           models[(2, cid)].trainable)
 
   def test_choose_lambda_is_the_arg_min_and_skips_nan(self):
@@ -334,7 +334,7 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
       if int(row['round']) != 2:
         continue
       cid = row['client']
-      on_train = evaluator.evaluate(trainer.recipe.personal_models.weights(cid),
+      on_train = evaluator.evaluate(trainer.recipe.own_models.weights(cid),
                                     *data.arrays(cid, 'train'))
       self.assertAllClose(float(row['train_accuracy']), on_train.accuracy)
       self.assertAllClose(float(row['train_loss']), on_train.loss)

@@ -377,12 +377,12 @@ class ClientModels:
                                             extras)]
     output = self._process.next_with_client_outputs(state, inputs)
     for i, values in zip(indices, output.clients):
-      self._models[i] = _as_model_weights(values['model'])
+      self._models[i] = as_model_weights(values['model'])
     return output
 
 
-def _as_model_weights(weights) -> tff.learning.models.ModelWeights:
-  """Numpy `ModelWeights` from what the runtime returns."""
+def as_model_weights(weights) -> tff.learning.models.ModelWeights:
+  """Numpy `ModelWeights` of a returned model (`ModelWeights` or mapping)."""
   if isinstance(weights, Mapping):
     trainable, non_trainable = weights['trainable'], weights['non_trainable']
   else:

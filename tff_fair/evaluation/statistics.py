@@ -95,3 +95,10 @@ def summarize(
       min=float(ordered[0]),
       max=float(ordered[-1]),
   )
+
+
+def mean_min_max(name: str, values: Sequence[float]) -> dict[str, float]:
+  """`<name>_mean`, `<name>_min` and `<name>_max` over clients' values."""
+  stats = summarize(values)
+  return {f'{name}_mean': stats.mean, f'{name}_min': stats.min,
+          f'{name}_max': stats.max}

@@ -175,16 +175,13 @@ class AequaRewards(recipe.Recipe):
         'bytes_sent': int(c['bytes_sent']),
     } for cid, c in zip(ids, self._clients)]
     self._log.append(rows)
-    released = {}
-    for name, values in (
-        ('reward_width', [widths[cid] for cid in ids]),
-        ('contribution', [tracker.contributions[cid] for cid in ids]),
-        ('bytes_sent', [row['bytes_sent'] for row in rows])):
-      stats = statistics.summarize(values)
-      released[f'{name}_mean'] = stats.mean
-      released[f'{name}_min'] = float(np.min(values))
-      released[f'{name}_max'] = float(np.max(values))
-    return released
+    return {
+        **statistics.mean_min_max('reward_width', [widths[c] for c in ids]),
+        **statistics.mean_min_max(
+            'contribution', [tracker.contributions[c] for c in ids]),
+        **statistics.mean_min_max('bytes_sent',
+                                  [row['bytes_sent'] for row in rows]),
+    }
 
   def final_evaluations(self, global_weights):
     """'global' (full width) and 'aequa_rewards': each client at its width."""

@@ -20,7 +20,6 @@ import dataclasses
 import math
 from typing import Any, Optional
 
-from absl import logging
 import numpy as np
 
 from tff_fair.algorithms import ditto as ditto_lib
@@ -28,7 +27,7 @@ from tff_fair.evaluation import statistics
 from tff_fair.runtime import remote
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
-from tff_fair.training.recipes import recipe
+from tff_fair.training.recipes import own_models
 
 VARIANTS = ('sequential', 'interleaved')
 PERSONAL_ITERATES = ('average', 'last')
@@ -169,13 +168,14 @@ def choose_lambda(validation_losses: Mapping[float, float]) -> float:
       else validation_losses[lam], lam))
 
 
-class Ditto(recipe.Recipe):
+class Ditto(own_models.OwnModels):
   """Ditto's global model (FedAvg) and personal models, one per client."""
 
   name = 'ditto'
   Settings = Settings
   output_files = (ROUND_LOG,)
   client_state_dirs = (PERSONAL_DIR,)
+  models_dir = PERSONAL_DIR
 
   @classmethod
   def check_config(cls, config):
@@ -204,9 +204,6 @@ class Ditto(recipe.Recipe):
   def __init__(self, context):
     super().__init__(context)
     settings = self.settings
-    self.personal_models = context.client_model_store(
-        PERSONAL_DIR, context.experiment.model_spec.initial_weights(
-            self.config.seed))
     self._log = context.round_log(ROUND_LOG, ROUND_LOG_FIELDS)
     self._grid = settings.lambda_grid()
     self._lambdas: Mapping[str, float] = {}
@@ -233,7 +230,7 @@ class Ditto(recipe.Recipe):
       return self._lambdas[client_id]
     if not self._grid:
       return self.settings.ditto_lambda
-    metadata = self.personal_models.metadata(client_id)
+    metadata = self.own_models.metadata(client_id)
     return None if metadata is None else float(metadata['lam'])
 
   def _lambda_due(self, client_id: str, round_num: int) -> bool:
@@ -244,7 +241,7 @@ class Ditto(recipe.Recipe):
     """
     if not self._grid:
       return False
-    metadata = self.personal_models.metadata(client_id)
+    metadata = self.own_models.metadata(client_id)
     if metadata is None:
       return True
     every = self.settings.ditto_lambda_every
@@ -282,7 +279,7 @@ class Ditto(recipe.Recipe):
     inputs = []
     due = {cid: self._lambda_due(cid, round_num) for cid in client_ids}
     for cid, dataset in zip(client_ids, personal_data):
-      start = self.personal_models.weights(cid)
+      start = self.own_models.weights(cid)
       for candidate in (self._grid if due[cid] else [self.lam(cid)]):
         jobs.append((cid, candidate))
         inputs.append(ditto_lib.personal_input(
@@ -319,11 +316,12 @@ class Ditto(recipe.Recipe):
                      else data.arrays(*key)))
     self._records = []
     for cid in client_ids:
-      metadata = self.personal_models.metadata(cid)
+      metadata = self.own_models.metadata(cid)
       lam_round = (round_num if due[cid] or metadata is None
                    else int(metadata.get('lam_round', 0)))
-      self.personal_models.write(cid, trained[cid], round_num,
-                        {'lam': float(chosen[cid]), 'lam_round': lam_round})
+      self.own_models.write(
+          cid, trained[cid], round_num,
+          {'lam': float(chosen[cid]), 'lam_round': lam_round})
       on_train, validation = on_split[(cid, 'train')], on_split.get(
           (cid, 'validation'))
       self._records.append({
@@ -362,40 +360,3 @@ class Ditto(recipe.Recipe):
     released['personal_lambda_mean'] = float(
         np.mean([r['lambda'] for r in benign]))
     return released
-
-  def evaluation_models(self, global_weights, client_ids):
-    """The personalized models of the clients that have one (`test_*`), the
-    global model of every client (`global_test_*`), and how many clients
-    have no personal model yet (`personal_clients_untrained`).
-    """
-    trained = set(self.personal_models.trained_client_ids())
-    personalized = [cid for cid in client_ids if cid in trained]
-    models = {'global_': (global_weights, client_ids)}
-    if personalized:
-      models[''] = (self.personal_models.lookup(global_weights), personalized)
-    return models, {'personal_clients_untrained': float(
-        len(client_ids) - len(personalized))}
-
-  def final_evaluations(self, global_weights):
-    """'global', and 'personalized': the clients that have a personal model.
-
-    A client never sampled has none; it is not scored with the global
-    model as if personalized. When there are such clients, the kind
-    'personalized_or_global' also reports every client with the model it
-    would use (its personal model, else the global one).
-    """
-    evaluations = super().final_evaluations(global_weights)
-    ids = self.context.client_ids
-    trained = set(self.personal_models.trained_client_ids())
-    lookup = self.personal_models.lookup(global_weights)
-    evaluations['personalized'] = self.context.evaluate(
-        lookup, client_ids=[cid for cid in ids if cid in trained])
-    untrained = [cid for cid in ids if cid not in trained]
-    if untrained:
-      logging.info(
-          '%d of %d clients were never sampled and have no personal model;'
-          ' they are left out of "personalized" and counted in'
-          ' "personalized_or_global" with the global model.',
-          len(untrained), len(ids))
-      evaluations['personalized_or_global'] = self.context.evaluate(lookup)
-    return evaluations

@@ -14,10 +14,12 @@ from tff_fair.models import names as model_names
 from tff_fair.training import config as config_lib
 from tff_fair.training.recipes import aequa
 from tff_fair.training.recipes import aequa_rewards
+from tff_fair.training.recipes import cgsv
 from tff_fair.training.recipes import ditto
 from tff_fair.training.recipes import fedavg
 from tff_fair.training.recipes import fedavg_ft
 from tff_fair.training.recipes import fedprox
+from tff_fair.training.recipes import iafl
 from tff_fair.training.recipes import recipe
 from tff_fair.training.recipes import standalone
 
@@ -29,6 +31,8 @@ RECIPES: dict[str, type[recipe.Recipe]] = {r.name: r for r in (
     aequa.Aequa,
     fedprox.FedProx,
     aequa_rewards.AequaRewards,
+    cgsv.Cgsv,
+    iafl.Iafl,
 )}
 DEFAULT_ALGORITHM = 'fedavg'
 # Update attacks act inside a client computation with client context.

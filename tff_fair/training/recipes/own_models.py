@@ -1,0 +1,150 @@
+"""The base of algorithms whose every client keeps a model of its own.
+
+Ditto's personal models, and the models CGSV and IAFL reward each client
+with, live in one of the run's `ClientModelStore`s (`models_dir`), versioned
+with the checkpoints. Their evaluation is the same: per round, each client
+that has a model of its own on it (`test_*`) and every client on the global
+model (`global_test_*`); after the last round 'personalized' (the clients
+with a model of their own) and, when some client never trained,
+'personalized_or_global' (every client with the model it would use).
+"""
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from absl import logging
+
+from tff_fair.algorithms import client_outputs
+from tff_fair.training.recipes import recipe
+
+# The store of the models CGSV and IAFL reward their clients with.
+REWARDED_MODELS_DIR = 'client_models'
+
+
+class OwnModels(recipe.Recipe):
+  """A recipe whose clients each keep a model in `own_models`.
+
+  Class attributes:
+    models_dir: The store's folder in the output directory (also list it in
+      `client_state_dirs`).
+
+  Attributes:
+    own_models: The clients' models (`client_models.ClientModelStore`).
+  """
+
+  models_dir: ClassVar[str] = ''
+
+  def __init__(self, context):
+    super().__init__(context)
+    self.own_models = context.client_model_store(
+        self.models_dir,
+        context.experiment.model_spec.initial_weights(self.config.seed))
+
+  def own_model_or_global(self, client_id: str, global_weights):
+    """The client's own model; the global one before it first trains."""
+    weights = self.own_models.weights(client_id)
+    return global_weights if weights is None else weights
+
+  def evaluation_models(self, global_weights, client_ids):
+    """The own models of the clients that have one (`test_*`), the global
+    model of every client (`global_test_*`), and how many clients have no
+    model of their own yet (`personal_clients_untrained`).
+    """
+    trained = set(self.own_models.trained_client_ids())
+    personalized = [cid for cid in client_ids if cid in trained]
+    models = {'global_': (global_weights, client_ids)}
+    if personalized:
+      models[''] = (self.own_models.lookup(global_weights), personalized)
+    return models, {'personal_clients_untrained': float(
+        len(client_ids) - len(personalized))}
+
+  def final_evaluations(self, global_weights):
+    """'global', and 'personalized': the clients that have a model of their own.
+
+    A client never sampled has none; it is not scored with the global
+    model as if personalized. When there are such clients, the kind
+    'personalized_or_global' also reports every client with the model it
+    would use (its own, else the global one).
+    """
+    evaluations = super().final_evaluations(global_weights)
+    ids = self.context.client_ids
+    trained = set(self.own_models.trained_client_ids())
+    lookup = self.own_models.lookup(global_weights)
+    evaluations['personalized'] = self.context.evaluate(
+        lookup, client_ids=[cid for cid in ids if cid in trained])
+    untrained = [cid for cid in ids if cid not in trained]
+    if untrained:
+      logging.info(
+          '%d of %d clients were never sampled and have no model of their'
+          ' own; they are left out of "personalized" and counted in'
+          ' "personalized_or_global" with the global model.',
+          len(untrained), len(ids))
+      evaluations['personalized_or_global'] = self.context.evaluate(lookup)
+    return evaluations
+
+
+
+class RewardedModels(OwnModels):
+  """A `client_outputs` process whose clients train and receive own models.
+
+  CGSV and IAFL: each sampled client's input carries its own model (the
+  global one the first time), `next_with_client_outputs` returns each
+  client's new model (what it was rewarded with), and the recipe keeps it.
+  A subclass builds the process (`build_rewarding_process`) and turns the
+  round's per-client values into its round log and released statistics
+  (`record_round`); it may add input fields per client (`extra_input`).
+  """
+
+  def __init__(self, context):
+    super().__init__(context)
+    self._process = None
+    self._global_weights = None
+    self._client_ids: list[str] = []
+    self._client_values: list[Mapping[str, Any]] = []
+
+  def build_rewarding_process(self) -> client_outputs.ProcessWithClientOutputs:
+    """The process, built with `client_context=True`."""
+    raise NotImplementedError(
+        f'{type(self).__name__}.build_rewarding_process')
+
+  def build_process(self):
+    self._process = self.build_rewarding_process()
+    return self._process
+
+  def extra_input(self, client_id: str) -> dict[str, Any]:
+    """Further fields of a client's input (none by default)."""
+    del client_id
+    return {}
+
+  def before_round(self, state, client_ids, round_num, datasets):
+    del round_num, datasets  # Each client's input is built one by one.
+    self._global_weights = self._process.get_model_weights(state)
+    self._client_ids = list(client_ids)
+
+  def client_input(self, client_id, dataset, attack):
+    return client_outputs.model_client_input(
+        dataset, self.own_model_or_global(client_id, self._global_weights),
+        attack, **self.extra_input(client_id))
+
+  def run_round(self, process, state, client_inputs):
+    output = process.next_with_client_outputs(state, client_inputs)
+    self._client_values = list(output.clients)
+    return output
+
+  def after_round(self, round_num):
+    """Keeps each client's new model; logs and releases the round."""
+    values = dict(zip(self._client_ids, self._client_values))
+    for cid, client in values.items():
+      self.own_models.write(
+          cid, client_outputs.as_model_weights(client['model']), round_num)
+    return self.record_round(round_num, values)
+
+  def record_round(self, round_num: int,
+                   values: Mapping[str, Mapping[str, Any]]
+                   ) -> dict[str, float]:
+    """Logs the round's per-client values (client id -> the process's).
+
+    Returns:
+      Values to release with the round's metrics.
+    """
+    raise NotImplementedError(f'{type(self).__name__}.record_round')
