@@ -1,6 +1,5 @@
 """Training-time Aequa in the driver: widths earned, bytes, exact resume."""
 
-import csv
 import json
 import os
 
@@ -8,25 +7,20 @@ import numpy as np
 import tensorflow as tf
 
 from tests import tff_test_utils
+from tests.training.recipes import recipe_test_utils
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
-from tff_fair.training.recipes import registry
 
 
 def _config(output_dir, **overrides):
-  values = dict(
-      algorithm='aequa_rewards', dataset='digits', partition='homogeneous',
-      num_clients=4, clients_per_round=4, rounds=3, batch_size=16,
-      client_learning_rate=0.1, seed=3, output_dir=output_dir, eval_every=0,
-      p_min=0.25, contribution_gamma=0.0, attack='label_poisoning',
-      malicious_fraction=0.25)
-  values.update(overrides)
-  return registry.make_config(**values)
+  return recipe_test_utils.digits_config(
+      'aequa_rewards', output_dir,
+      **{'p_min': 0.25, 'contribution_gamma': 0.0, **overrides})
 
 
 def _rows(output_dir):
-  with open(os.path.join(output_dir, 'aequa_rewards_rounds.csv')) as f:
-    return list(csv.DictReader(f))
+  return recipe_test_utils.read_round_log(output_dir,
+                                          'aequa_rewards_rounds.csv')
 
 
 class AequaRewardsTest(tff_test_utils.TffTestCase):

@@ -1,6 +1,5 @@
 """IAFL in the driver: contributions, sharing, own models, exact resume."""
 
-import csv
 import json
 import os
 from unittest import mock
@@ -9,26 +8,19 @@ import numpy as np
 import tensorflow as tf
 
 from tests import tff_test_utils
+from tests.training.recipes import recipe_test_utils
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
 from tff_fair.training import run_context
 from tff_fair.training.recipes import iafl
-from tff_fair.training.recipes import registry
 
 
 def _config(output_dir, **overrides):
-  values = dict(
-      algorithm='iafl', dataset='digits', partition='homogeneous',
-      num_clients=4, clients_per_round=4, rounds=3, batch_size=16,
-      client_learning_rate=0.1, seed=3, output_dir=output_dir, eval_every=0,
-      attack='label_poisoning', malicious_fraction=0.25)
-  values.update(overrides)
-  return registry.make_config(**values)
+  return recipe_test_utils.digits_config('iafl', output_dir, **overrides)
 
 
 def _rows(output_dir):
-  with open(os.path.join(output_dir, 'iafl_rounds.csv')) as f:
-    return list(csv.DictReader(f))
+  return recipe_test_utils.read_round_log(output_dir, 'iafl_rounds.csv')
 
 
 class _Killed(Exception):
