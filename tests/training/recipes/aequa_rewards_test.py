@@ -13,9 +13,9 @@ from tff_fair.training import driver
 
 
 def _config(output_dir, **overrides):
-  return recipe_test_utils.digits_config(
-      'aequa_rewards', output_dir,
-      **{'p_min': 0.25, 'contribution_gamma': 0.0, **overrides})
+  return recipe_test_utils.digits_config(output_dir, **{
+      'algorithm': 'aequa_rewards', 'p_min': 0.25, 'contribution_gamma': 0.0,
+      **overrides})
 
 
 def _rows(output_dir):

@@ -12,7 +12,8 @@ from tff_fair.training import driver
 
 
 def _config(output_dir, **overrides):
-  return recipe_test_utils.digits_config('cgsv', output_dir, **overrides)
+  return recipe_test_utils.digits_config(
+      output_dir, **{'algorithm': 'cgsv', **overrides})
 
 
 def _rows(output_dir):

@@ -16,7 +16,8 @@ from tff_fair.training.recipes import iafl
 
 
 def _config(output_dir, **overrides):
-  return recipe_test_utils.digits_config('iafl', output_dir, **overrides)
+  return recipe_test_utils.digits_config(
+      output_dir, **{'algorithm': 'iafl', **overrides})
 
 
 def _rows(output_dir):
