@@ -8,10 +8,13 @@ In one process and one run, on the same client data, model and batches:
   (c) tff_fair's FedAvg (`fed_avg.build_fed_avg`),
   (d) tff_fair's Ditto (`personalize` + `next`), sequential and interleaved,
   (e) tff_fair's Aequa (slimmable model, one sampled width per step),
+  (f) training-time Aequa (`aequa_rewards`, masked aggregation) with every
+      client at p_max, as in its first round (its most expensive),
 
 training time only (data sets are built before the clock starts; nothing is
 evaluated), every client every round; median, min and max over rounds
-2..N (round 1 pays for tracing), and the ratios b/a, c/a, d/c, d/a, e/c.
+2..N (round 1 pays for tracing), and the ratios b/a, c/a, d/c, d/a, e/c,
+f/c.
 
 Settings: `--setting=pfllib` is the issue's PFLlib comparison
 (Fashion-MNIST label skew #C=2, 20 clients x 300 training examples, batch
@@ -42,6 +45,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_fair.algorithms import aequa
+from tff_fair.algorithms import aequa_rewards
 from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
 from tff_fair.models import model_fns
@@ -58,7 +62,10 @@ SETTINGS = {
     'readme': ('lenet', 16, 0.05, 0.1),
 }
 SYSTEMS = ('a_plain_tf', 'a_plain_tf_ditto', 'b_tff_fedavg', 'c_fedavg',
-           'd_ditto_sequential', 'd_ditto_interleaved', 'e_aequa')
+           'd_ditto_sequential', 'd_ditto_interleaved', 'e_aequa',
+           'f_aequa_rewards')
+# Systems that train the slimmable version of the architecture.
+SLIMMABLE_SYSTEMS = ('e_aequa', 'f_aequa_rewards')
 
 _SETTING = flags.DEFINE_enum('setting', 'pfllib', list(SETTINGS),
                              'Model, batch size, learning rate (see above).')
@@ -70,7 +77,7 @@ _OUTPUT = flags.DEFINE_string('output_csv', '', 'Also write the table here.')
 
 
 def _has_slimmable_version() -> bool:
-  """Whether e/c compares Aequa with FedAvg on the same architecture."""
+  """Whether e/c and f/c compare with FedAvg on the same architecture."""
   return f'slimmable_{SETTINGS[_SETTING.value][0]}' in (
       model_names.SLIMMABLE_MODELS)
 
@@ -159,6 +166,11 @@ def _process(system: str, experiment, learning_rate: float):
   if system.startswith('d_ditto'):
     return ditto.build_ditto(spec.model_fn, client_optimizer,
                              personal_optimizer_fn=client_optimizer)
+  if system == 'f_aequa_rewards':
+    # Without client context every client trains up to p_max.
+    return aequa_rewards.build_aequa_rewards(
+        spec.model_fn, client_optimizer,
+        keras_model_fn=lambda: spec.build_keras(None))
   return aequa.build_aequa(spec.model_fn, client_optimizer)
 
 
@@ -166,7 +178,7 @@ def _time_system(system: str) -> list[float]:
   """Seconds of each round's training for one system."""
   _, _, learning_rate, lam = SETTINGS[_SETTING.value]
   experiment = driver.build_experiment(
-      _config('aequa' if system == 'e_aequa' else 'fedavg'))
+      _config('aequa' if system in SLIMMABLE_SYSTEMS else 'fedavg'))
   ids = experiment.data.client_ids
   plain = system.startswith('a_plain')
   if plain:
@@ -212,9 +224,9 @@ def main(argv):
   rows = collections.OrderedDict()
   with local_runtime.local_context():
     for system in _SYSTEMS.value:
-      if system == 'e_aequa' and not _has_slimmable_version():
-        logging.info('Skipping e_aequa: --setting=%s uses %s, which has no'
-                     ' slimmable version.', _SETTING.value,
+      if system in SLIMMABLE_SYSTEMS and not _has_slimmable_version():
+        logging.info('Skipping %s: --setting=%s uses %s, which has no'
+                     ' slimmable version.', system, _SETTING.value,
                      SETTINGS[_SETTING.value][0])
         continue
       times = np.array(_time_system(system)[1:])
@@ -229,7 +241,8 @@ def main(argv):
                           ('d/c', 'd_ditto_interleaved', 'c_fedavg'),
                           ('d/c sequential', 'd_ditto_sequential', 'c_fedavg'),
                           ('d/a', 'd_ditto_interleaved', 'a_plain_tf_ditto'),
-                          ('e/c', 'e_aequa', 'c_fedavg')):
+                          ('e/c', 'e_aequa', 'c_fedavg'),
+                          ('f/c', 'f_aequa_rewards', 'c_fedavg')):
     if num in median and den in median:
       lines.append(f'{label:<22}{median[num] / median[den]:>10.2f}')
   print(f'Setting {_SETTING.value}, {_CLIENTS.value} clients, rounds 2..'

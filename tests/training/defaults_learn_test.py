@@ -32,7 +32,7 @@ _CASES = {
     # few rounds reach that plateau, from 1/86 for a fresh model. So this
     # case is held to uniform chance, not to the constant predictor.
     'shakespeare': (('shakespeare/shakespeare_train.h5',
-                     'shakespeare/shakespeare_test.h5'), 1200, 2, 0.05),
+                     'shakespeare/shakespeare_test.h5'), 600, 2, 0.05),
 }
 
 
