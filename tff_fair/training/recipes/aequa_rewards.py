@@ -50,7 +50,10 @@ class Settings(aequa.WidthSettings):
     contribution_assessment: 'cgsv' (cosine of the client's update to the
       aggregate on the minimum-width sub-network) or 'data_size'.
     contribution_gamma: Weight of the past in the smoothed contribution,
-      in [0, 1) (0: the latest assessment only).
+      in [0, 1) (0: the latest assessment only). One round's cosine is
+      noisy: at 0.5 a client with 50% label noise swung between widths 0.1
+      and 0.8 from round to round (`benchmarks/aequa_rewards_fmnist.py`);
+      0.9 averages about ten rounds (CGSV's own reputations use 0.95).
     reward_exponent: nu(q) = p_min + (p_max - p_min) q^exponent of the
       normalized contribution q; above 1 widens the gap.
   """
@@ -60,8 +63,9 @@ class Settings(aequa.WidthSettings):
       ' cosine of its update to the aggregate on the minimum-width'
       ' sub-network) or data_size.', choices=ASSESSMENTS)
   contribution_gamma: float = config_lib.setting(
-      0.5, 'weight of past rounds in each contribution, in'
-      ' [0, 1) (0: the latest round only).')
+      0.9, 'weight of past rounds in each contribution, in'
+      ' [0, 1) (0: the latest round only); one round\'s assessment is noisy,'
+      ' 0.9 averages about ten.')
   reward_exponent: float = config_lib.setting(
       1.0, 'width = p_min + (p_max - p_min) * q^exponent of'
       ' the contribution q over the largest; above 1 widens the gap.')
