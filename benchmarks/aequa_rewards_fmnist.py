@@ -56,6 +56,9 @@ _OUTPUT_DIR = flags.DEFINE_string('output_dir', 'runs/bench_aequa_rewards',
 _ROUNDS = flags.DEFINE_integer('rounds', 20, 'Federated rounds.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of every run.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'See the README.')
+_GAMMA = flags.DEFINE_float(
+    'contribution_gamma', 0.9, "Training-time Aequa's weight of past"
+    ' contributions (the README also quotes 0.5; use another --output_dir).')
 
 FREE_RIDER = 'client_0001'
 NOISY_CLIENT = 'client_0002'
@@ -89,6 +92,8 @@ def _final_accuracies(partition: str, method: str, partition_settings,
   table = os.path.join(run_dir, 'clients_final.csv')
   if not os.path.exists(table):
     algorithm, settings, _ = _METHODS[method]
+    if method == 'aequa_rewards':
+      settings = dict(settings, contribution_gamma=_GAMMA.value)
     driver.run(registry.make_config(
         algorithm=algorithm, dataset='fashion_mnist', num_clients=10,
         clients_per_round=10, examples_per_client=1000,
