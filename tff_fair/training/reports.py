@@ -6,11 +6,13 @@ clients apart when an attack is on) after the last round; per round, the
 flattened training metrics and statistics of a per-client evaluation.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+import contextlib
 import csv
 import dataclasses
 import json
 import os
+import time
 from typing import Any
 
 from absl import logging
@@ -45,6 +47,36 @@ def format_duration(seconds: float) -> str:
   """H:MM:SS."""
   seconds = int(round(seconds))
   return f'{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}'
+
+
+class PhaseTimer:
+  """Wall-clock seconds of a round's phases, released as `seconds_<phase>`.
+
+  So a user sees where a round's time goes (building client data, training,
+  evaluation, checkpoints) in `metrics.csv` without a profiler.
+
+      timer = PhaseTimer()
+      with timer.phase('train'):
+        ...
+      released.update(timer.released())
+  """
+
+  def __init__(self):
+    self._seconds: dict[str, float] = {}
+
+  @contextlib.contextmanager
+  def phase(self, name: str) -> Iterator[None]:
+    """Adds the seconds spent in the `with` block to phase `name`."""
+    start = time.monotonic()
+    try:
+      yield
+    finally:
+      self._seconds[name] = (self._seconds.get(name, 0.0)
+                             + time.monotonic() - start)
+
+  def released(self) -> dict[str, float]:
+    """`{'seconds_<phase>': seconds}` in the order phases first ran."""
+    return {f'seconds_{name}': s for name, s in self._seconds.items()}
 
 
 def test_statistics(
@@ -93,6 +125,8 @@ def write_final(
       groups[f'{kind}:malicious'] = {
           c: m for c, m in metrics.items() if c in malicious}
     for name, group in groups.items():
+      if not group:  # E.g. no attacker ever trained a personal model.
+        continue
       summary[name] = {
           metric: dataclasses.asdict(stats) for metric, stats in
           per_client.summarize_clients(group).items()}
@@ -100,6 +134,8 @@ def write_final(
                          lambda f: json.dump(summary, f, indent=2))
   for kind, metrics in evaluations.items():
     shown = {c: m for c, m in metrics.items() if c not in malicious}
+    if not shown:
+      continue
     logging.info(
         'Per-client test metrics of the %s model(s)%s:\n%s', kind,
         ' (benign clients)' if malicious else '',
