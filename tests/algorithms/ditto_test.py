@@ -114,6 +114,80 @@ class DittoTest(tff_test_utils.TffTestCase):
         self.assertAllClose(np.std(n), np.std(h), rtol=0.2)
         self.assertLess(abs(np.corrcoef(h.ravel(), n.ravel())[0, 1]), 0.2)
 
+  def _assert_fused_equals_unfused(self, process, state, clients,
+                                   next_inputs):
+    """`personalize_and_next` against `personalize`, then `next`."""
+    fused = process.personalize_and_next(state, clients)
+    personal = process.personalize(state, [
+        collections.OrderedDict(data=c['data'], personal=c['personal'],
+                                lam=c['lam']) for c in clients])
+    unfused = process.next(state, next_inputs)
+    self.assertAllClose(
+        process.get_model_weights(fused['state']).trainable,
+        process.get_model_weights(unfused.state).trainable,
+        atol=1e-6, rtol=1e-5)
+    self.assertAllClose(fused['metrics'], unfused.metrics, rtol=1e-5)
+    self.assertLen(fused['personal'], len(clients))
+    for got, want in zip(fused['personal'], personal):
+      self.assertAllClose(got['personal'].trainable,
+                          want['personal'].trainable, atol=1e-6, rtol=1e-5)
+      self.assertAllClose(got['loss'], want['loss'], rtol=1e-5)
+      self.assertEqual(got['num_examples'], want['num_examples'])
+    # Not vacuous: the round moved both models.
+    self.assertGreater(_distance(process.get_model_weights(fused['state']),
+                                 process.get_model_weights(state)), 0.01)
+    self.assertGreater(
+        _distance(fused['personal'][0]['personal'], clients[0]['personal']),
+        0.01)
+    return fused
+
+  def test_personalize_and_next_equals_personalize_then_next(self):
+    # Personal starts differ from w^t and between clients, lambdas too; the
+    # state is one round in (a moved w^t).
+    for process in (self.ditto_process, self.last_iterate_process):
+      with self.subTest(average=process is self.ditto_process):
+        state = process.next(self._state(process),
+                             [_dataset(i) for i in range(3)]).state
+        clients = [
+            ditto.paired_input(_dataset(i), self.spec.initial_weights(
+                seed=10 + i), lam)
+            for i, lam in zip(range(3), (0.0, 0.1, 2.0))]
+        self._assert_fused_equals_unfused(
+            process, state, clients, [c['data'] for c in clients])
+
+  def test_personalize_and_next_under_client_context(self):
+    process = ditto.build_ditto(
+        _SPEC.model_fn, _sgd(), _sgd(1.0), personal_optimizer_fn=_sgd(),
+        client_context=True)
+    attack = update_attacks.attack_spec(attacks.MODEL_REPLACEMENT, 10.0,
+                                        seed=1, client_index=1)
+    specs = (None, attack)
+    clients = [ditto.paired_input(_dataset(i), self.w0, 0.5,
+                                  client_context=True, attack=spec)
+               for i, spec in enumerate(specs)]
+    fused = self._assert_fused_equals_unfused(
+        process, self._state(process), clients,
+        [fed_avg.client_input(_dataset(i), spec)
+         for i, spec in enumerate(specs)])
+    # The attack reached the global model and not the personal ones: the
+    # attacker's personal model is the honest one's computation.
+    benign = process.personalize_and_next(
+        self._state(process),
+        [ditto.paired_input(_dataset(i), self.w0, 0.5, client_context=True)
+         for i in range(2)])
+    self.assertAllClose(fused['personal'][1]['personal'].trainable,
+                        benign['personal'][1]['personal'].trainable)
+    # Scaled by 10 on one client of two: 4.5x that client's update apart.
+    benign_weights = process.get_model_weights(benign['state'])
+    self.assertGreater(
+        _distance(process.get_model_weights(fused['state']), benign_weights),
+        2 * _distance(benign_weights, self.w0))
+
+  def test_paired_input_refuses_an_attack_without_client_context(self):
+    with self.assertRaisesRegex(ValueError, 'client_context'):
+      ditto.paired_input(_dataset(0), self.w0, 0.5,
+                         attack=update_attacks.no_attack())
+
   def test_lambda_pulls_personal_model_to_global(self):
     process = self._ditto()
     state = self._state(process)

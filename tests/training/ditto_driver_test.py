@@ -12,6 +12,7 @@ import tensorflow as tf
 from tests import snapshot as snapshot_lib
 from tests import tff_test_utils
 from tff_fair.evaluation import per_client
+from tff_fair.runtime import remote
 from tff_fair.state import client_store
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
@@ -353,6 +354,46 @@ class DittoDriverTest(tff_test_utils.TffTestCase):
         [r['client'] for r in rows if int(r['round']) == 3],
         sampling.sample_clients(ids, 2, seed=11, round_num=3))
     self.assertLen(rows, 6)
+
+  def test_interleaved_rounds_run_in_one_pass_and_equal_two(self):
+    # The interleaved variant trains both models in `personalize_and_next`
+    # (a lambda grid's choosing rounds and a multi-worker context take two
+    # computations); both ways give the same models and round logs.
+    settings = dict(ditto_variant='interleaved', rounds=3, eval_every=1,
+                    attack='model_replacement', malicious_fraction=0.25)
+    runs = {}
+    for fused in (True, False):
+      out = self.create_tempdir().full_path
+      trainer = _trainer(_config(out, **settings))
+      fake_remote = mock.Mock(wraps=remote)
+      fake_remote.is_multi_worker.return_value = not fused
+      personalized, paired = [], []
+      with mock.patch.object(ditto_recipe, 'remote', fake_remote), \
+           _spy(trainer.process, 'personalize', personalized), \
+           _spy(trainer.process, 'personalize_and_next', paired):
+        result = trainer.run()
+      self.assertLen(paired, 3 if fused else 0)
+      self.assertLen(personalized, 0 if fused else 3)
+      runs[fused] = (result, _personal_arrays(out, 3),
+                     _read_csv(os.path.join(out, 'personal_rounds.csv')))
+    (fused, fused_arrays, fused_rows), (two, two_arrays, two_rows) = (
+        runs[True], runs[False])
+    self.assertNotEmpty(fused.malicious)
+    for kind in ('global', 'personalized'):
+      self.assertAllClose(_accuracies(fused, kind), _accuracies(two, kind))
+    for a, b in zip(fused.history, two.history):
+      self.assertAllClose(a['train_loss'], b['train_loss'], rtol=1e-5)
+      self.assertAllClose(a['test_accuracy_mean'], b['test_accuracy_mean'])
+    self.assertEqual(list(fused_arrays), list(two_arrays))
+    for cid, arrays in fused_arrays.items():
+      self.assertAllClose(arrays, two_arrays[cid], atol=1e-5, rtol=1e-4)
+    self.assertEqual([r['client'] for r in fused_rows],
+                     [r['client'] for r in two_rows])
+    self.assertAllClose(
+        [float(r['train_loss_during']) for r in fused_rows],
+        [float(r['train_loss_during']) for r in two_rows], rtol=1e-5)
+    self.assertIn('seconds_personal_and_global_train', fused.history[0])
+    self.assertIn('seconds_personal_train', two.history[0])
 
   def test_lambdas_file_must_cover_every_client(self):
     out = self.create_tempdir().full_path

@@ -113,6 +113,22 @@ class ResumeTest(tff_test_utils.TffTestCase):
     self.assertGreater(np.mean(_accuracies(longer)),
                        np.mean(_accuracies(short)) + 0.2)
     self.assertLess(np.mean(_losses(longer)), np.mean(_losses(short)))
+    # Where each round's seconds went: released phases add up to at most
+    # the round's seconds (the rest is the release's own bookkeeping), and
+    # the checkpoint (written after the row) is in the history only.
+    phases = ('seconds_data', 'seconds_train', 'seconds_client_state',
+              'seconds_evaluation')
+    with open(os.path.join(out, 'metrics.csv')) as f:
+      rows = list(csv.DictReader(f))
+    self.assertLen(rows, 6)
+    for row, released in zip(rows[1:], longer.history):
+      self.assertNotIn('seconds_checkpoint', row)
+      spent = [float(row[name]) for name in phases]
+      self.assertTrue(all(s >= 0 for s in spent), row)
+      self.assertGreater(float(row['seconds_train']), 0.0)
+      self.assertLessEqual(sum(spent), float(row['seconds']))
+      self.assertGreater(sum(spent), 0.9 * float(row['seconds']))
+      self.assertGreater(released['seconds_checkpoint'], 0.0)
 
 
 class BaselinesTest(tff_test_utils.TffTestCase):

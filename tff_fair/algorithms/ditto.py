@@ -33,6 +33,14 @@ separately. `interleaved`: `personalize` gets the very batches `next` gets.
 number of epochs (`personal_epochs`) on its own shuffle of the client's data.
 The driver decides which data it passes; this module only computes.
 
+`personalize_and_next` is the interleaved round in one computation and one
+pass over each client's batches: per batch one global step and one personal
+step (anchored at w^t), as the reference's loop. It returns what
+`personalize` and then `next` would (the tests check equality), while
+reading and shipping each client's data once. It returns CLIENTS-placed
+values beside the state, so it needs a context that returns them (TFF's
+local runtime; one remote worker).
+
 The personal model a round returns is, by default, the average of its
 iterates (`average_personal_iterates`): on one client's skewed data, SGD at
 the usual learning rate now and then ends an epoch on a collapsed iterate
@@ -45,6 +53,11 @@ Type signatures (`next` as `tff.learning.algorithms.build_weighted_fed_avg`'s):
                   <state=S@SERVER, metrics=M@SERVER>)
     personalize: (<S@SERVER, {<data=D*, personal=W, lam=float32>}@CLIENTS>
                   -> {<personal=W, loss=float32, num_examples=int64>}@CLIENTS)
+    personalize_and_next:
+                 (<S@SERVER, {<data=D*, personal=W, lam=float32>}@CLIENTS>
+                  -> <state=S@SERVER, metrics=M@SERVER,
+                      personal={<personal=W, loss=float32,
+                                 num_examples=int64>}@CLIENTS>)
 
 With `client_context=True` (`tff_fair.training` uses it) `next` takes
 `{<data=D*, attack=A*>}@CLIENTS` (`fed_avg.client_input`), so chosen clients
@@ -72,10 +85,13 @@ class DittoProcess(tff.learning.templates.LearningProcess):
 
   Attributes:
     personalize: The personal-model update; see the module docstring.
+    personalize_and_next: The interleaved round in one pass over each
+      client's data; see the module docstring.
   """
 
   def __init__(self, global_process: tff.learning.templates.LearningProcess,
-               personalize: tff.Computation):
+               personalize: tff.Computation,
+               personalize_and_next: tff.Computation):
     super().__init__(
         global_process.initialize,
         global_process.next,
@@ -85,10 +101,15 @@ class DittoProcess(tff.learning.templates.LearningProcess):
         set_hparams_fn=global_process.set_hparams,
     )
     self._personalize = personalize
+    self._personalize_and_next = personalize_and_next
 
   @property
   def personalize(self) -> tff.Computation:
     return self._personalize
+
+  @property
+  def personalize_and_next(self) -> tff.Computation:
+    return self._personalize_and_next
 
 
 def check_lambda(lam: float) -> None:
@@ -109,6 +130,32 @@ def personal_input(
   check_lambda(lam)
   return collections.OrderedDict(data=dataset, personal=personal,
                                  lam=float(lam))
+
+
+def paired_input(
+    dataset: tf.data.Dataset, personal: tff.learning.models.ModelWeights,
+    lam: float, *, client_context: bool = False,
+    attack: Optional[collections.OrderedDict] = None,
+) -> collections.OrderedDict:
+  """One client's input to `personalize_and_next`.
+
+  Args:
+    dataset: The client's batched data set (both models train on it).
+    personal: The personal model it starts from.
+    lam: Ditto's lambda, finite and >= 0.
+    client_context: Whether the process was built with `client_context`.
+    attack: Under `client_context`, the client's
+      `update_attacks.attack_spec` (default no attack).
+  """
+  if attack is not None and not client_context:
+    raise ValueError('An attack spec needs a process built with'
+                     ' client_context=True (and client_context=True here).')
+  fields = personal_input(dataset, personal, lam)
+  if not client_context:
+    return fields
+  return collections.OrderedDict(
+      **fed_avg.client_input(dataset, attack),
+      personal=fields['personal'], lam=fields['lam'])
 
 
 def build_personal_update(
@@ -145,6 +192,53 @@ def build_personal_update(
 
   return personal_update
 
+
+def build_paired_client_update(
+    model_fn: ModelFn,
+    optimizer: tff.learning.optimizers.Optimizer,
+    personal_optimizer: tff.learning.optimizers.Optimizer,
+    *,
+    average_personal_iterates: bool = True,
+    client_weighting: fed_avg.ClientWeighting = (
+        fed_avg.ClientWeighting.NUM_EXAMPLES),
+    client_context: bool = False,
+) -> tff.Computation:
+  """One client's interleaved Ditto round, in one pass over its batches.
+
+  `(<W, <data=D*, personal=W, lam=float32>> -> <ClientResult, M,
+  <personal=W, loss=float32, num_examples=int64>>)`, with `attack=A*` in the
+  client's input under `client_context`: per batch one FedAvg step of the
+  global model from the broadcast weights w^t, which also anchor one
+  personal step (`build_personal_update`'s). The global update and weight
+  are `fed_avg.build_client_work`'s, the personal result is `personalize`'s.
+  """
+  weights_type = tff.learning.models.weights_type_from_model(model_fn)
+  fields = collections.OrderedDict(personal=weights_type, lam=np.float32)
+  data_type = training_loop.data_type_of(model_fn)
+  input_type = tff.types.to_type(
+      fed_avg.context_type(data_type, **fields) if client_context else
+      collections.OrderedDict(data=data_type, **fields))
+
+  @tff.tensorflow.computation(weights_type, input_type)
+  def paired_update(initial_weights, client):
+    data, spec, _ = fed_avg.read_client_input(
+        client if client_context else client['data'], client_context,
+        initial_weights, derive_seed=False)
+    loop = training_loop.build_paired_training_loop(
+        model_fn(), optimizer, model_fn(), personal_optimizer,
+        proximal_average_iterates=average_personal_iterates)
+    trained, personal = loop(initial_weights, client['personal'], data,
+                             initial_weights, client['lam'])
+    update, weight = fed_avg.update_and_weight(initial_weights, trained, spec,
+                                               client_weighting)
+    return (tff.learning.templates.ClientResult(update=update,
+                                                update_weight=weight),
+            trained['metrics'],
+            collections.OrderedDict(personal=personal['weights'],
+                                    loss=personal['loss'],
+                                    num_examples=personal['num_examples']))
+
+  return paired_update
 
 def build_ditto(
     model_fn: ModelFn,
@@ -201,15 +295,17 @@ def build_ditto(
   Returns:
     A `DittoProcess`; see the module docstring.
   """
-  global_process = fed_avg.build_fed_avg(
+  parts = fed_avg.build_fed_avg_parts(
       model_fn, client_optimizer_fn, server_optimizer_fn,
       client_weighting=client_weighting,
       model_distributor=model_distributor,
       model_aggregator=model_aggregator,
       metrics_aggregator=metrics_aggregator,
       client_context=client_context)
+  global_process = tff.learning.templates.compose_learning_process(*parts)
+  personal_optimizer_fn = personal_optimizer_fn or client_optimizer_fn
   personal_update = build_personal_update(
-      model_fn, personal_optimizer_fn or client_optimizer_fn,
+      model_fn, personal_optimizer_fn,
       average_iterates=average_personal_iterates)
   state_type = global_process.initialize.type_signature.result
   client_type = personal_update.type_signature.parameter[1]
@@ -221,7 +317,42 @@ def build_ditto(
         tff.federated_map(global_process.get_model_weights, state))
     return tff.federated_map(personal_update, (anchor, clients))
 
-  return DittoProcess(global_process, personalize)
+  paired_update = build_paired_client_update(
+      model_fn, client_optimizer_fn, personal_optimizer_fn,
+      average_personal_iterates=average_personal_iterates,
+      client_weighting=client_weighting, client_context=client_context)
+  aggregate_metrics = fed_avg.metrics_aggregation(model_fn,
+                                                  metrics_aggregator)
+
+  @tff.federated_computation(
+      state_type,
+      tff.FederatedType(paired_update.type_signature.parameter[1],
+                        tff.CLIENTS))
+  def personalize_and_next(state, clients):
+    # `compose_learning_process`'s `next` with the paired client update in
+    # place of the client work's.
+    distributed = parts.model_weights_distributor.next(
+        state.distributor, state.global_model_weights)
+    result, local_metrics, personal = tff.federated_map(
+        paired_update, (distributed.result, clients))
+    aggregated = parts.model_update_aggregator.next(
+        state.aggregator, result.update, result.update_weight)
+    finalized = parts.model_finalizer.next(
+        state.finalizer, state.global_model_weights, aggregated.result)
+    new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
+        finalized.result, distributed.state,
+        state.client_work,  # FedAvg's client work keeps no state.
+        aggregated.state, finalized.state))
+    metrics = tff.federated_zip(collections.OrderedDict(
+        distributor=distributed.measurements,
+        client_work=tff.federated_zip(collections.OrderedDict(
+            train=aggregate_metrics(local_metrics))),
+        aggregator=aggregated.measurements,
+        finalizer=finalized.measurements))
+    return collections.OrderedDict(state=new_state, metrics=metrics,
+                                   personal=personal)
+
+  return DittoProcess(global_process, personalize, personalize_and_next)
 
 
 class PersonalModels:
@@ -306,21 +437,33 @@ class PersonalModels:
       `{client_id: OrderedDict(loss=, num_examples=)}`: the mean training
       loss over the round's batches and the examples seen.
     """
+    self._check_lengths(client_ids, datasets)
+    if not client_ids:
+      return {}
+    inputs = [personal_input(dataset, start, self.lam(cid))
+              for cid, dataset, start in zip(
+                  client_ids, datasets, self._starts(state, client_ids))]
+    return self._keep(client_ids, self._process.personalize(state, inputs))
+
+  def _check_lengths(self, client_ids, datasets) -> None:
     if len(client_ids) != len(datasets):
       raise ValueError(f'{len(client_ids)} client ids for {len(datasets)}'
                        ' data sets.')
-    if not client_ids:
-      return {}
+
+  def _starts(self, state, client_ids):
+    """Each client's personal model, or w^t for a client seen first."""
     anchor = None
-    inputs = []
-    for cid, dataset in zip(client_ids, datasets):
+    starts = []
+    for cid in client_ids:
       start = self._weights.get(cid)
       if start is None:
         if anchor is None:
           anchor = self._process.get_model_weights(state)
         start = anchor
-      inputs.append(personal_input(dataset, start, self.lam(cid)))
-    outputs = self._process.personalize(state, inputs)
+      starts.append(start)
+    return starts
+
+  def _keep(self, client_ids, outputs):
     results = {}
     for cid, out in zip(client_ids, outputs):
       self._weights[cid] = out['personal']
@@ -333,7 +476,10 @@ class PersonalModels:
       datasets: Sequence[tf.data.Dataset],
       next_inputs: Optional[Sequence[Any]] = None,
   ) -> tff.learning.templates.LearningProcessOutput:
-    """One Ditto round: `personalize` then `next`, both from `state`.
+    """One Ditto round: `personalize` and `next`, both from `state`.
+
+    In one computation and one pass over each client's batches
+    (`personalize_and_next`); with `next_inputs`, `personalize` then `next`.
 
     Args:
       state: The process state before the round.
@@ -348,6 +494,15 @@ class PersonalModels:
     Returns:
       `next`'s `LearningProcessOutput(state, metrics)`.
     """
-    self.personalize(state, client_ids, datasets)
-    return self._process.next(
-        state, list(datasets) if next_inputs is None else list(next_inputs))
+    if next_inputs is not None:
+      self.personalize(state, client_ids, datasets)
+      return self._process.next(state, list(next_inputs))
+    self._check_lengths(client_ids, datasets)
+    # Both models in one pass over each client's batches.
+    output = self._process.personalize_and_next(state, [
+        paired_input(dataset, start, self.lam(cid))
+        for cid, dataset, start in zip(
+            client_ids, datasets, self._starts(state, client_ids))])
+    self._keep(client_ids, output['personal'])
+    return tff.learning.templates.LearningProcessOutput(
+        output['state'], output['metrics'])

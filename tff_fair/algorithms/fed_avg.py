@@ -31,7 +31,7 @@ the same with and without it. `tff_fair.training` opts in.
 
 import collections
 from collections.abc import Callable
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -351,6 +351,46 @@ def build_fed_avg(
     A `tff.learning.templates.LearningProcess`. Its state does not depend on
     `client_context`.
   """
+  return tff.learning.templates.compose_learning_process(*build_fed_avg_parts(
+      model_fn, client_optimizer_fn, server_optimizer_fn,
+      client_weighting=client_weighting,
+      model_distributor=model_distributor,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator,
+      client_context=client_context,
+      training_loop_fn=training_loop_fn,
+      data_type=data_type))
+
+
+class FedAvgParts(NamedTuple):
+  """`build_fed_avg`'s components, in `compose_learning_process`'s order."""
+  initial_model_weights_fn: tff.Computation
+  model_weights_distributor: tff.learning.templates.DistributionProcess
+  client_work: tff.learning.templates.ClientWorkProcess
+  model_update_aggregator: tff.templates.AggregationProcess
+  model_finalizer: tff.learning.templates.FinalizerProcess
+
+
+def build_fed_avg_parts(
+    model_fn: ModelFn,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+    *,
+    client_weighting: ClientWeighting = ClientWeighting.NUM_EXAMPLES,
+    model_distributor: Optional[
+        tff.learning.templates.DistributionProcess] = None,
+    model_aggregator: Optional[tff.aggregators.AggregationFactory] = None,
+    metrics_aggregator: Optional[
+        tff.learning.metrics.MetricsAggregatorType] = None,
+    client_context: bool = False,
+    training_loop_fn: Optional[TrainingLoopFn] = None,
+    data_type: Optional[tff.SequenceType] = None,
+) -> FedAvgParts:
+  """The components `build_fed_avg` composes (same arguments).
+
+  For a process that runs FedAvg's round with more client work beside it
+  (Ditto's `personalize_and_next`) and must keep FedAvg's state exactly.
+  """
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
   if server_optimizer_fn is None:
     server_optimizer_fn = default_server_optimizer()
@@ -364,7 +404,7 @@ def build_fed_avg(
   def initial_weights_fn():
     return tff.learning.models.ModelWeights.from_model(model_fn())
 
-  return tff.learning.templates.compose_learning_process(
+  return FedAvgParts(
       initial_weights_fn,
       model_distributor or tff.learning.templates.build_broadcast_process(
           weights_type),

@@ -13,6 +13,10 @@ model across a decision boundary so that the last iterate predicts one class
 for most examples, while the loss averaged over the epoch's batches stays
 low. The average of the epoch's iterates does not collapse with it.
 
+`build_paired_training_loop` trains two models on the same batches in one
+pass (Ditto's interleaved round: a plain model and a proximal one), from
+the very steps of the single loop.
+
 The loop is a `tf.function` so that TensorFlow orders the variable writes
 and reads (assign the start weights, train, read the result); called from
 inside a `tff.tensorflow.computation` it becomes part of that graph.
@@ -24,6 +28,77 @@ from typing import Any, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
+
+
+class _LocalSteps:
+  """One model's minibatch steps, in pieces a `Dataset.reduce` can combine.
+
+  `start` assigns the start weights and returns the reduce's initial state,
+  `step` takes one step on a batch, `result` reads the outcome. One loop
+  (`build_training_loop`) or two models on the same batches
+  (`build_paired_training_loop`) are built from these, so both take exactly
+  the same steps.
+  """
+
+  def __init__(self, model: tff.learning.models.VariableModel,
+               optimizer: tff.learning.optimizers.Optimizer,
+               average_iterates: bool):
+    self._model = model
+    self._optimizer = optimizer
+    self._average_iterates = average_iterates
+    self._weights = tff.learning.models.ModelWeights.from_model(model)
+    self._trainable = tuple(tf.nest.flatten(self._weights.trainable))
+    self._specs = tuple(tf.TensorSpec(v.shape, v.dtype)
+                        for v in self._trainable)
+
+  def start(self, start: Any) -> tuple[Any, ...]:
+    tf.nest.map_structure(lambda v, t: v.assign(t), self._weights, start)
+    return (self._optimizer.initialize(self._specs), tf.constant(0.0),
+            tf.constant(0.0), tf.constant(0, tf.int64),
+            tuple(tf.identity(v) for v in self._trainable)
+            if self._average_iterates else ())
+
+  def step(self, state: tuple[Any, ...], batch: Any,
+           anchors: Optional[tuple[Any, ...]] = None,
+           lam: Any = 0.0) -> tuple[Any, ...]:
+    opt_state, loss_sum, batches, examples, average = state
+    trainable = self._trainable
+    with tf.GradientTape() as tape:
+      output = self._model.forward_pass(batch, training=True)
+    gradients = tape.gradient(output.loss, trainable)
+    if anchors is not None:
+      gradients = [g + lam * (v - a)
+                   for g, v, a in zip(gradients, trainable, anchors)]
+    opt_state, updated = self._optimizer.next(opt_state, trainable,
+                                              tuple(gradients))
+    for variable, value in zip(trainable, updated):
+      variable.assign(value)
+    if self._average_iterates:
+      # Running mean of the iterates after steps 1..k.
+      average = tuple(a + (v - a) / (batches + 1.0)
+                      for a, v in zip(average, updated))
+    return (opt_state, loss_sum + output.loss, batches + 1.0,
+            examples + tf.cast(output.num_examples, tf.int64), average)
+
+  def result(self, state: tuple[Any, ...]) -> collections.OrderedDict:
+    _, loss_sum, batches, examples, average = state
+    weights = tf.nest.map_structure(tf.identity, self._weights)
+    if self._average_iterates:
+      weights = tff.learning.models.ModelWeights(
+          trainable=tf.nest.pack_sequence_as(self._weights.trainable,
+                                             list(average)),
+          non_trainable=weights.non_trainable)
+    return collections.OrderedDict(
+        weights=weights,
+        loss=tf.math.divide_no_nan(loss_sum, batches),
+        num_examples=examples,
+        metrics=self._model.report_local_unfinalized_metrics(),
+    )
+
+
+def _flat_trainable(weights: Any) -> Optional[tuple[Any, ...]]:
+  return None if weights is None else tuple(
+      tf.nest.flatten(weights.trainable))
 
 
 def build_training_loop(
@@ -47,53 +122,65 @@ def build_training_loop(
     (or averaged) weights, the mean loss over batches (each measured before
     its step), the examples seen and the model's unfinalized metrics.
   """
-  weights = tff.learning.models.ModelWeights.from_model(model)
-  trainable = tuple(tf.nest.flatten(weights.trainable))
-  specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
+  steps = _LocalSteps(model, optimizer, average_iterates)
 
   @tf.function
   def train(start: Any, data: tf.data.Dataset,
             anchor: Optional[Any] = None, lam: Any = 0.0):
-    tf.nest.map_structure(lambda v, t: v.assign(t), weights, start)
-    anchors = None if anchor is None else tuple(
-        tf.nest.flatten(anchor.trainable))
+    anchors = _flat_trainable(anchor)
+    final = data.reduce(steps.start(start),
+                        lambda state, batch: steps.step(state, batch,
+                                                        anchors, lam))
+    return steps.result(final)
+
+  return train
+
+
+def build_paired_training_loop(
+    model: tff.learning.models.VariableModel,
+    optimizer: tff.learning.optimizers.Optimizer,
+    proximal_model: tff.learning.models.VariableModel,
+    proximal_optimizer: tff.learning.optimizers.Optimizer,
+    proximal_average_iterates: bool = False,
+) -> Callable[..., tuple[collections.OrderedDict, collections.OrderedDict]]:
+  """Two models trained on the same batches in one pass over the data.
+
+  Ditto's interleaved round on a client: per batch, one step of `model`
+  (plain local training, FedAvg's) and one step of `proximal_model` on
+  F(v) + (lam/2)||v - anchor||^2. Neither step reads the other's weights,
+  so the result equals two `build_training_loop` passes over the same
+  batches; one pass reads the data once and lets TensorFlow run the two
+  independent steps side by side.
+
+  Args:
+    model: A `VariableModel` built inside the caller's computation.
+    optimizer: `model`'s optimizer.
+    proximal_model: Another `VariableModel` of the same architecture.
+    proximal_optimizer: `proximal_model`'s optimizer.
+    proximal_average_iterates: As `build_training_loop`'s
+      `average_iterates`, for `proximal_model`.
+
+  Returns:
+    A `tf.function` `train(start, proximal_start, data, anchor, lam)`
+    returning `(result, proximal_result)`, each as `build_training_loop`'s.
+  """
+  steps = _LocalSteps(model, optimizer, False)
+  proximal_steps = _LocalSteps(proximal_model, proximal_optimizer,
+                               proximal_average_iterates)
+
+  @tf.function
+  def train(start: Any, proximal_start: Any, data: tf.data.Dataset,
+            anchor: Any, lam: Any):
+    anchors = _flat_trainable(anchor)
 
     def step(state, batch):
-      opt_state, loss_sum, batches, examples, average = state
-      with tf.GradientTape() as tape:
-        output = model.forward_pass(batch, training=True)
-      gradients = tape.gradient(output.loss, trainable)
-      if anchors is not None:
-        gradients = [g + lam * (v - a)
-                     for g, v, a in zip(gradients, trainable, anchors)]
-      opt_state, updated = optimizer.next(opt_state, trainable,
-                                          tuple(gradients))
-      for variable, value in zip(trainable, updated):
-        variable.assign(value)
-      if average_iterates:
-        # Running mean of the iterates after steps 1..k.
-        average = tuple(a + (v - a) / (batches + 1.0)
-                        for a, v in zip(average, updated))
-      return (opt_state, loss_sum + output.loss, batches + 1.0,
-              examples + tf.cast(output.num_examples, tf.int64), average)
+      plain, proximal = state
+      return (steps.step(plain, batch),
+              proximal_steps.step(proximal, batch, anchors, lam))
 
-    initial = (optimizer.initialize(specs), tf.constant(0.0),
-               tf.constant(0.0), tf.constant(0, tf.int64),
-               tuple(tf.identity(v) for v in trainable)
-               if average_iterates else ())
-    _, loss_sum, batches, examples, average = data.reduce(initial, step)
-    result = tf.nest.map_structure(tf.identity, weights)
-    if average_iterates:
-      result = tff.learning.models.ModelWeights(
-          trainable=tf.nest.pack_sequence_as(weights.trainable,
-                                             list(average)),
-          non_trainable=result.non_trainable)
-    return collections.OrderedDict(
-        weights=result,
-        loss=tf.math.divide_no_nan(loss_sum, batches),
-        num_examples=examples,
-        metrics=model.report_local_unfinalized_metrics(),
-    )
+    plain, proximal = data.reduce(
+        (steps.start(start), proximal_steps.start(proximal_start)), step)
+    return steps.result(plain), proximal_steps.result(proximal)
 
   return train
 

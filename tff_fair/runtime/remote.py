@@ -331,6 +331,16 @@ def _contiguous_shards(count: int, parts: int) -> list[tuple[int, int]]:
   return list(zip(bounds[:-1], bounds[1:]))
 
 
+def is_multi_worker() -> bool:
+  """Whether the current context splits clients over several workers.
+
+  Computations returning CLIENTS-placed values beside server ones cannot
+  run there (see `MultiWorkerContext`).
+  """
+  return isinstance(tff.framework.get_context_stack().current,
+                    MultiWorkerContext)
+
+
 def map_clients(comp: Callable[..., Any], server_arg: Any,
                 client_args: Sequence[Any]) -> list[Any]:
   """Runs a per-client computation, sharding clients over workers if several.
@@ -342,9 +352,9 @@ def map_clients(comp: Callable[..., Any], server_arg: Any,
   Returns:
     The per-client results in the order of `client_args`.
   """
-  context = tff.framework.get_context_stack().current
-  if isinstance(context, MultiWorkerContext):
-    return context.map_clients(comp, server_arg, client_args)
+  if is_multi_worker():
+    return tff.framework.get_context_stack().current.map_clients(
+        comp, server_arg, client_args)
   return list(comp(server_arg, list(client_args)))
 
 

@@ -58,7 +58,8 @@ class RunResult:
     evaluations: Model kind (e.g. 'global'; the recipe's
       `final_evaluations`) -> client id -> metrics on that client's test
       split.
-    history: One dict of released values per round run in this invocation.
+    history: One dict of released values per round run in this invocation,
+      and the round's `seconds_checkpoint` (released rows cannot hold it).
     malicious: The clients that attacked (empty without an attack).
   """
 
@@ -191,53 +192,63 @@ class Trainer:
     started = time.monotonic()
     for round_num in range(start_round + 1, config.rounds + 1):
       round_start = time.monotonic()
-      sampled = sampling.sample_clients(self.experiment.data.client_ids,
-                                        config.clients_per_round,
-                                        config.seed, round_num)
-      datasets = self.context.client_datasets(sampled, round_num,
-                                          config.local_epochs)
-      # Before `next`: a recipe's client step is anchored at the state the
-      # round starts from.
-      self.recipe.before_round(state, sampled, round_num, datasets)
-      if self.recipe.client_context:
-        datasets = [
-            self.recipe.client_input(cid, ds,
-                                     self._client_spec(cid, round_num))
-            for cid, ds in zip(sampled, datasets)]
-      output = self.recipe.run_round(self.process, state, datasets)
-      state = output.state
-      released = reports.training_metrics(output.metrics)
-      released.update(self.recipe.after_round(round_num))
-      # Client state, then the checkpoint, then pruning: a kill between any
-      # two leaves a consistent pair (see tff_fair.state.client_store).
-      for store in self.context.stores.values():
-        store.commit(round_num)
+      timer = reports.PhaseTimer()
+      with timer.phase('data'):
+        sampled = sampling.sample_clients(self.experiment.data.client_ids,
+                                          config.clients_per_round,
+                                          config.seed, round_num)
+        datasets = self.context.client_datasets(sampled, round_num,
+                                                config.local_epochs)
+      with timer.phase('train'):
+        # Before `next`: a recipe's client step is anchored at the state the
+        # round starts from.
+        self.recipe.before_round(state, sampled, round_num, datasets)
+        if self.recipe.client_context:
+          datasets = [
+              self.recipe.client_input(cid, ds,
+                                       self._client_spec(cid, round_num))
+              for cid, ds in zip(sampled, datasets)]
+        output = self.recipe.run_round(self.process, state, datasets)
+        state = output.state
+        released = reports.training_metrics(output.metrics)
+        released.update(self.recipe.after_round(round_num))
+      with timer.phase('client_state'):
+        # Client state, then the checkpoint, then pruning: a kill between
+        # any two leaves a consistent pair (see tff_fair.state.client_store).
+        for store in self.context.stores.values():
+          store.commit(round_num)
       # After the commit: the round's client state is the current one.
       per_client_values = {}
       if config.eval_every and round_num % config.eval_every == 0:
-        over_clients, per_client_values = self._round_evaluation(state)
+        with timer.phase('evaluation'):
+          over_clients, per_client_values = self._round_evaluation(state)
         released.update(over_clients)
+      released.update(timer.released())
       released['seconds'] = time.monotonic() - round_start
-      # Released before the checkpoint: a kill after the checkpoint would
-      # otherwise lose the round's row for good (a resume starts after it),
-      # while a round released without its checkpoint runs again and its
-      # release replaces the old one (the CSV manager drops rows >= key;
-      # TensorBoard purges steps it sees again).
-      asyncio.run(self._csv_release.release(released, key=round_num))
-      # Arrays become TensorBoard histograms: fairness as a distribution.
-      asyncio.run(self._tensorboard.release(
-          {**released, **per_client_values}, key=round_num))
-      asyncio.run(self._state_manager.save(state, round_num))
-      kept = run_dir.checkpoint_versions(config.output_dir)
-      for store in self.context.stores.values():
-        # The saved checkpoints' rounds (the manager has pruned its own).
-        store.prune(round_num, keep=kept)
-      history.append(released)
-      self._log_round(round_num, released, started, start_round)
+      with timer.phase('checkpoint'):
+        # Released before the checkpoint: a kill after the checkpoint would
+        # otherwise lose the round's row for good (a resume starts after
+        # it), while a round released without its checkpoint runs again and
+        # its release replaces the old one (the CSV manager drops rows >=
+        # key; TensorBoard purges steps it sees again). So the checkpoint's
+        # own seconds are logged, not released.
+        asyncio.run(self._csv_release.release(released, key=round_num))
+        # Arrays become TensorBoard histograms: fairness as a distribution.
+        asyncio.run(self._tensorboard.release(
+            {**released, **per_client_values}, key=round_num))
+        asyncio.run(self._state_manager.save(state, round_num))
+        kept = run_dir.checkpoint_versions(config.output_dir)
+        for store in self.context.stores.values():
+          # The saved checkpoints' rounds (the manager has pruned its own).
+          store.prune(round_num, keep=kept)
+      history.append({**released, **timer.released()})
+      self._log_round(round_num, released, started, start_round,
+                      timer.released())
     return state, history
 
   def _log_round(self, round_num: int, released: dict[str, float],
-                 started: float, start_round: int) -> None:
+                 started: float, start_round: int,
+                 phases: dict[str, float]) -> None:
     config = self.config
     done = round_num - start_round
     eta = (time.monotonic() - started) / done * (config.rounds - round_num)
@@ -251,6 +262,9 @@ class Trainer:
         round_num, config.rounds, released.get('train_loss', math.nan),
         released.get('train_accuracy', math.nan), test, personal,
         released['seconds'], reports.format_duration(eta))
+    logging.info('round %d seconds: %s', round_num, '  '.join(
+        f'{name.removeprefix("seconds_")}={s:.2f}'
+        for name, s in phases.items()))
 
   def _client_spec(self, client_id: str, round_num: int):
     """A client's attack and seed input for one round."""

@@ -18,15 +18,17 @@ measures the personalized models (`test_*`) and the global one
 from collections.abc import Mapping, Sequence
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
+import tensorflow_federated as tff
 
 from tff_fair.algorithms import ditto as ditto_lib
 from tff_fair.evaluation import statistics
 from tff_fair.runtime import remote
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
+from tff_fair.training import reports
 from tff_fair.training.recipes import own_models
 
 VARIANTS = ('sequential', 'interleaved')
@@ -40,6 +42,15 @@ ROUND_LOG_FIELDS = (
 # The shuffle stream of the sequential variant's personal epochs (the global
 # update's is 0).
 PERSONAL_STREAM = 1
+
+
+class _Round(NamedTuple):
+  """The round between `before_round` and `after_round`."""
+  round_num: int
+  client_ids: Sequence[str]
+  due: Mapping[str, bool]  # Whether the client's lambda is chosen now.
+  anchor: Any  # w^t, where a client's first personal model starts.
+  fused: bool  # Whether `run_round` trains the personal models too.
 
 
 def check_lambda(name: str, value: Any) -> None:
@@ -67,7 +78,9 @@ class Settings:
     ditto_lambdas_file: JSON file {client_id: lambda} covering every client.
     ditto_variant: 'sequential' (personal epochs after the global ones, both
       from w^t) or 'interleaved' (one personal step per global step, on the
-      same batches, as in the reference code).
+      same batches, as in the reference code; both models train in one
+      pass over each client's data, `personalize_and_next`, except in a
+      round choosing lambdas from a grid or on several workers).
     personal_epochs: Personal-model epochs per round (sequential variant).
     personal_optimizer / personal_learning_rate: Personal-model optimizer
       (a rate of 0: the client learning rate).
@@ -211,6 +224,8 @@ class Ditto(own_models.OwnModels):
       self._lambdas = load_lambdas(settings.ditto_lambdas_file,
                                    context.client_ids)
     self._records: list[dict[str, Any]] = []
+    self._seconds: dict[str, float] = {}
+    self._round: Optional[_Round] = None
     self._process: Optional[ditto_lib.DittoProcess] = None
 
   def build_process(self):
@@ -268,24 +283,107 @@ class Ditto(own_models.OwnModels):
     """
     settings = self.settings
     context = self.context
+    due = {cid: self._lambda_due(cid, round_num) for cid in client_ids}
+    anchor = self._process.get_model_weights(state)
+    # One candidate per client on the global update's batches: `run_round`
+    # trains both models in one pass (`personalize_and_next`), which a
+    # context splitting clients over workers cannot return.
+    fused = (settings.ditto_variant == 'interleaved'
+             and not any(due.values()) and not remote.is_multi_worker())
+    self._round = _Round(round_num, client_ids, due, anchor, fused)
+    self._seconds = {}
+    if fused:
+      return
     if settings.ditto_variant == 'interleaved':
       personal_data = datasets  # The very batches of the global update.
     else:
       personal_data = context.client_datasets(
           client_ids, round_num, settings.personal_epochs,
           stream=PERSONAL_STREAM)
-    anchor = self._process.get_model_weights(state)
     jobs = []  # (client, lambda) per personalize input.
     inputs = []
-    due = {cid: self._lambda_due(cid, round_num) for cid in client_ids}
     for cid, dataset in zip(client_ids, personal_data):
       start = self.own_models.weights(cid)
       for candidate in (self._grid if due[cid] else [self.lam(cid)]):
         jobs.append((cid, candidate))
         inputs.append(ditto_lib.personal_input(
             dataset, anchor if start is None else start, candidate))
-    outputs = dict(zip(jobs, remote.map_clients(self._process.personalize,
-                                                state, inputs)))
+    timer = reports.PhaseTimer()
+    with timer.phase('personal_train'):
+      outputs = dict(zip(jobs, remote.map_clients(
+          self._process.personalize, state, inputs)))
+    self._keep_personal(outputs, timer)
+
+  def client_input(self, client_id, dataset, attack):
+    """`next`'s input, or `personalize_and_next`'s when the round fuses."""
+    if not self._round.fused:
+      return super().client_input(client_id, dataset, attack)
+    start = self.own_models.weights(client_id)
+    return ditto_lib.paired_input(
+        dataset, self._round.anchor if start is None else start,
+        self.lam(client_id), client_context=True, attack=attack)
+
+  def run_round(self, process, state, client_inputs):
+    """`next`, or both models in one pass when `before_round` deferred."""
+    if not self._round.fused:
+      return super().run_round(process, state, client_inputs)
+    timer = reports.PhaseTimer()
+    with timer.phase('personal_and_global_train'):
+      output = process.personalize_and_next(state, client_inputs)
+    self._keep_personal(
+        {(cid, self.lam(cid)): personal
+         for cid, personal in zip(self._round.client_ids,
+                                  output['personal'])}, timer)
+    return tff.learning.templates.LearningProcessOutput(
+        output['state'], output['metrics'])
+
+  def _keep_personal(self, outputs, timer: reports.PhaseTimer) -> None:
+    """Chooses, checks and stores the round's personal models.
+
+    Args:
+      outputs: (client, lambda) -> `personalize`'s output for it.
+      timer: The round's personal phases so far.
+    """
+    round_num, client_ids, due = (self._round.round_num,
+                                  self._round.client_ids, self._round.due)
+    context = self.context
+    with timer.phase('personal_checks'):
+      trained, chosen, on_split = self._choose_and_check(
+          client_ids, list(outputs), due, outputs)
+    with timer.phase('personal_write'):
+      self._records = []
+      for cid in client_ids:
+        metadata = self.own_models.metadata(cid)
+        lam_round = (round_num if due[cid] or metadata is None
+                     else int(metadata.get('lam_round', 0)))
+        self.own_models.write(
+            cid, trained[cid], round_num,
+            {'lam': float(chosen[cid]), 'lam_round': lam_round})
+        on_train, validation = on_split[(cid, 'train')], on_split.get(
+            (cid, 'validation'))
+        self._records.append({
+            'round': round_num,
+            'client': cid,
+            'malicious': int(cid in context.malicious),
+            'lambda': chosen[cid],
+            'lambda_chosen': int(due[cid]),
+            'train_loss_during': float(outputs[(cid, chosen[cid])]['loss']),
+            'train_loss': on_train.loss,
+            'train_accuracy': on_train.accuracy,
+            'validation_loss': '' if validation is None else validation.loss,
+            'validation_accuracy': ('' if validation is None
+                                    else validation.accuracy),
+        })
+    self._seconds = timer.released()
+
+  def _choose_and_check(self, client_ids, jobs, due, outputs):
+    """Each client's chosen lambda and model, and its checks on its splits.
+
+    Returns:
+      (client -> trained personal weights, client -> lambda,
+       (client, 'train' | 'validation') -> metrics of that model).
+    """
+    context = self.context
     data = context.experiment.data
     candidate_losses = {}
     chosen_jobs = [job for job in jobs if due[job[0]]]
@@ -314,29 +412,7 @@ class Ditto(own_models.OwnModels):
         lambda key: trained[key[0]], keys,
         lambda key: (context.training_arrays(key[0]) if key[1] == 'train'
                      else data.arrays(*key)))
-    self._records = []
-    for cid in client_ids:
-      metadata = self.own_models.metadata(cid)
-      lam_round = (round_num if due[cid] or metadata is None
-                   else int(metadata.get('lam_round', 0)))
-      self.own_models.write(
-          cid, trained[cid], round_num,
-          {'lam': float(chosen[cid]), 'lam_round': lam_round})
-      on_train, validation = on_split[(cid, 'train')], on_split.get(
-          (cid, 'validation'))
-      self._records.append({
-          'round': round_num,
-          'client': cid,
-          'malicious': int(cid in context.malicious),
-          'lambda': chosen[cid],
-          'lambda_chosen': int(due[cid]),
-          'train_loss_during': float(outputs[(cid, chosen[cid])]['loss']),
-          'train_loss': on_train.loss,
-          'train_accuracy': on_train.accuracy,
-          'validation_loss': '' if validation is None else validation.loss,
-          'validation_accuracy': ('' if validation is None
-                                  else validation.accuracy),
-      })
+    return trained, chosen, on_split
 
   def after_round(self, round_num):
     """Logs the round's personal steps; releases their statistics.
@@ -349,7 +425,8 @@ class Ditto(own_models.OwnModels):
     records, self._records = self._records, []
     self._log.append(records)
     benign = [r for r in records if not r['malicious']]
-    released = {}
+    # Parts of the round's `seconds_train`.
+    released, self._seconds = self._seconds, {}
     if not benign:  # Only attackers sampled: nothing to report this round.
       return released
     for name, worst in (('train_loss', 'max'), ('train_accuracy', 'min')):
