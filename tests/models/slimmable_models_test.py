@@ -47,6 +47,18 @@ _CASES = collections.OrderedDict(
         lambda s: architectures.cifar_cnn(seed=s),
         (32, 32, 3), tf.float32, 10, 122_570,
     ),
+    fedavg_cnn=(
+        lambda s: slimmable_models.two_conv_cnn(
+            seed=s, hidden_units=512, padding='valid'),
+        lambda s: architectures.two_conv_cnn(
+            seed=s, hidden_units=512, padding='valid'),
+        (28, 28, 1), tf.float32, 10, 582_026,
+    ),
+    ditto_cnn=(
+        lambda s: slimmable_models.two_conv_cnn(seed=s),
+        lambda s: architectures.two_conv_cnn(seed=s),
+        (28, 28, 1), tf.float32, 10, 3_274_634,
+    ),
     text_cnn=(
         lambda s: slimmable_models.text_cnn(20, 100, seed=s),
         lambda s: architectures.text_cnn(20, 100, seed=s),
@@ -201,9 +213,9 @@ class SlimmableModelsTest(tf.test.TestCase, parameterized.TestCase):
     weights = spec.initial_weights(3)
     self.assertLen(weights.trainable, 9)  # Embedding, 3 x conv, logits.
     with self.assertRaisesRegex(ValueError,
-                                "Unknown model 'slimmable_ditto_cnn'"):
+                                "Unknown model 'slimmable_char_lstm'"):
       model_fns.build_model_spec(
-          'slimmable_ditto_cnn', x_shape=(8, 8, 1), x_dtype=tf.float32,
+          'slimmable_char_lstm', x_shape=(8, 8, 1), x_dtype=tf.float32,
           y_shape=(), num_classes=10,
       )
     with self.assertRaisesRegex(ValueError, 'vocab_size'):

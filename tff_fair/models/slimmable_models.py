@@ -7,7 +7,8 @@ see `tff_fair/models/slimmable.py` for the width contract. Width p keeps the
 first ceil(p * C) channels of every hidden layer; the input channels (the
 data's) and the logits (the classes) never change.
 
-* `lenet`, `cifar_cnn`, `text_cnn`: the architectures of
+* `lenet`, `cifar_cnn`, `two_conv_cnn` (`ditto_cnn`, `fedavg_cnn`),
+  `text_cnn`: the architectures of
   `architectures.py`, same variables in the same order and layout (weights
   are interchangeable with the reference models; at width 1 the outputs are
   the same). `lenet` and `cifar_cnn` take `norm_groups` to add GroupNorm
@@ -90,6 +91,42 @@ def lenet(
   ]
   model = slimmable.SlimmableSequential(
       layers, input_shape, tf.float32, name='slimmable_lenet'
+  )
+  return model.build_at_full_width()
+
+
+def two_conv_cnn(
+    input_shape: Sequence[int] = (28, 28, 1),
+    num_classes: int = 10,
+    seed: Optional[int] = None,
+    hidden_units: int = 1024,
+    padding: str = 'same',
+) -> slimmable.SlimmableModel:
+  """Slimmable conv32 5x5 - pool - conv64 5x5 - pool - dense - logits.
+
+  `architectures.two_conv_cnn`'s arguments: `ditto_cnn` is 'same' padding
+  and 1024 hidden units, `fedavg_cnn` (PFLlib's FedAvgCNN) 'valid' and 512.
+  """
+  # The reference builder checks the input size for 'valid' padding.
+  architectures.two_conv_cnn(input_shape, num_classes, seed, hidden_units,
+                             padding)
+  layer_seed = architectures.layer_seeds(seed)
+  init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
+  layers = [
+      *_conv_block(32, 5, padding, init(0), None, slim_input=False),
+      tf.keras.layers.MaxPool2D(2, padding='same'),
+      *_conv_block(64, 5, padding, init(1), None, slim_input=True),
+      tf.keras.layers.MaxPool2D(2, padding='same'),
+      slimmable.SlimmableDense(
+          hidden_units, activation='relu', kernel_initializer=init(2),
+          flatten_input=True,
+      ),
+      slimmable.SlimmableDense(
+          num_classes, kernel_initializer=init(3), slim_output=False
+      ),
+  ]
+  model = slimmable.SlimmableSequential(
+      layers, input_shape, tf.float32, name='slimmable_two_conv_cnn'
   )
   return model.build_at_full_width()
 
