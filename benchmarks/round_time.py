@@ -6,7 +6,8 @@ In one process and one run, on the same client data, model and batches:
       model; two for Ditto: the floor this stack sets),
   (b) TFF's `tff.learning.algorithms.build_weighted_fed_avg`,
   (c) tff_fair's FedAvg (`fed_avg.build_fed_avg`),
-  (d) tff_fair's Ditto (`personalize` + `next`), sequential and interleaved,
+  (d) tff_fair's Ditto: `personalize` + `next`, sequential and
+      interleaved, and `personalize_and_next` (interleaved in one pass),
   (e) tff_fair's Aequa (slimmable model, one sampled width per step),
   (f) training-time Aequa (`aequa_rewards`, masked aggregation) with every
       client at p_max, as in its first round (its most expensive),
@@ -14,13 +15,14 @@ In one process and one run, on the same client data, model and batches:
 training time only (data sets are built before the clock starts; nothing is
 evaluated), every client every round; median, min and max over rounds
 2..N (round 1 pays for tracing), and the ratios b/a, c/a, d/c, d/a, e/c,
-f/c.
+f/c, and 'a ditto/a': Ditto's SGD steps over FedAvg's in the plain loop,
+the ratio no runtime can beat (Ditto trains two models on every batch).
 
-Settings: `--setting=pfllib` is the issue's PFLlib comparison
-(Fashion-MNIST label skew #C=2, 20 clients x 300 training examples, batch
-10, SGD lr 0.005, Ditto lambda 0.1, one personal epoch, the CNN of PFLlib
-and the Ditto reference: `ditto_cnn`); `--setting=readme` is the README's
-Ditto benchmark (batch 16, lr 0.05, LeNet).
+Settings (`benchmarks.timing_settings`): `--setting=pfllib` (the PFLlib
+comparison, PFLlib's FedAvgCNN) or `--setting=readme` (the README's Ditto
+benchmark, LeNet). `--model` swaps the architecture (e.g. `ditto_cnn`, the
+Ditto reference's 'same'-padded CNN with dense 1024, about 3x the
+arithmetic).
 
   .venv/bin/python -m benchmarks.round_time --setting=pfllib --rounds=10
 
@@ -44,6 +46,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from benchmarks import timing_settings
 from tff_fair.algorithms import aequa
 from tff_fair.algorithms import aequa_rewards
 from tff_fair.algorithms import ditto
@@ -54,15 +57,11 @@ from tff_fair.runtime import local as local_runtime
 from tff_fair.training import driver
 from tff_fair.training import log_filter
 from tff_fair.training import sampling
-from tff_fair.training.recipes import registry
 
-# name -> (model, batch size, learning rate, Ditto's lambda).
-SETTINGS = {
-    'pfllib': ('ditto_cnn', 10, 0.005, 0.1),
-    'readme': ('lenet', 16, 0.05, 0.1),
-}
+SETTINGS = timing_settings.SETTINGS
 SYSTEMS = ('a_plain_tf', 'a_plain_tf_ditto', 'b_tff_fedavg', 'c_fedavg',
-           'd_ditto_sequential', 'd_ditto_interleaved', 'e_aequa',
+           'd_ditto_sequential', 'd_ditto_interleaved', 'd_ditto_fused',
+           'e_aequa',
            'f_aequa_rewards')
 # Systems that train the slimmable version of the architecture.
 SLIMMABLE_SYSTEMS = ('e_aequa', 'f_aequa_rewards')
@@ -72,27 +71,23 @@ _SETTING = flags.DEFINE_enum('setting', 'pfllib', list(SETTINGS),
 _ROUNDS = flags.DEFINE_integer('rounds', 10, 'Rounds per system (>= 3).')
 _CLIENTS = flags.DEFINE_integer('clients', 20, 'Clients, all every round.')
 _SYSTEMS = flags.DEFINE_list('systems', list(SYSTEMS), 'Systems to time.')
+_MODEL = flags.DEFINE_enum('model', None, list(model_names.PLAIN_MODELS),
+                           "The architecture; default the setting's.")
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'See the README.')
 _OUTPUT = flags.DEFINE_string('output_csv', '', 'Also write the table here.')
 
 
-def _has_slimmable_version() -> bool:
-  """Whether e/c and f/c compare with FedAvg on the same architecture."""
-  return f'slimmable_{SETTINGS[_SETTING.value][0]}' in (
-      model_names.SLIMMABLE_MODELS)
+def _model() -> str:
+  return _MODEL.value or SETTINGS[_SETTING.value].model
 
 
 def _config(algorithm: str):
-  model, batch_size, learning_rate, _ = SETTINGS[_SETTING.value]
-  return registry.make_config(
-      algorithm=algorithm, dataset='fashion_mnist', partition='label_skew',
-      classes_per_client=2, num_clients=_CLIENTS.value,
-      clients_per_round=_CLIENTS.value, examples_per_client=400,
-      validation_fraction=0.0, test_fraction=0.25, batch_size=batch_size,
-      client_learning_rate=learning_rate,
-      model=f'slimmable_{model}' if algorithm == 'aequa' else model,
-      rounds=_ROUNDS.value, seed=0, data_dir=_DATA_DIR.value,
-      output_dir='unused')
+  model = _model()
+  return timing_settings.make_config(
+      SETTINGS[_SETTING.value],
+      f'slimmable_{model}' if algorithm == 'aequa' else model, algorithm,
+      clients=_CLIENTS.value, rounds=_ROUNDS.value,
+      data_dir=_DATA_DIR.value, output_dir='unused')
 
 
 class PlainLoop:
@@ -176,7 +171,8 @@ def _process(system: str, experiment, learning_rate: float):
 
 def _time_system(system: str) -> list[float]:
   """Seconds of each round's training for one system."""
-  _, _, learning_rate, lam = SETTINGS[_SETTING.value]
+  learning_rate = SETTINGS[_SETTING.value].learning_rate
+  lam = SETTINGS[_SETTING.value].ditto_lambda
   experiment = driver.build_experiment(
       _config('aequa' if system in SLIMMABLE_SYSTEMS else 'fedavg'))
   ids = experiment.data.client_ids
@@ -199,6 +195,14 @@ def _time_system(system: str) -> list[float]:
     start = time.perf_counter()
     if plain:
       loop.round(ids, datasets)
+    elif system == 'd_ditto_fused':
+      anchor = process.get_model_weights(state)
+      output = process.personalize_and_next(state, [
+          ditto.paired_input(ds, personal.get(cid, anchor), lam)
+          for cid, ds in zip(ids, datasets)])
+      personal = {cid: out['personal']
+                  for cid, out in zip(ids, output['personal'])}
+      state = output['state']
     else:
       if system.startswith('d_ditto'):
         anchor = process.get_model_weights(state)
@@ -224,10 +228,10 @@ def main(argv):
   rows = collections.OrderedDict()
   with local_runtime.local_context():
     for system in _SYSTEMS.value:
-      if system in SLIMMABLE_SYSTEMS and not _has_slimmable_version():
-        logging.info('Skipping %s: --setting=%s uses %s, which has no'
-                     ' slimmable version.', system, _SETTING.value,
-                     SETTINGS[_SETTING.value][0])
+      if (system in SLIMMABLE_SYSTEMS
+          and not timing_settings.has_slimmable_version(_model())):
+        logging.info('Skipping %s: %s has no slimmable version.', system,
+                     _model())
         continue
       times = np.array(_time_system(system)[1:])
       rows[system] = (float(np.median(times)), float(times.min()),
@@ -238,14 +242,19 @@ def main(argv):
             for name, (m, lo, hi) in rows.items()]
   for label, num, den in (('b/a', 'b_tff_fedavg', 'a_plain_tf'),
                           ('c/a', 'c_fedavg', 'a_plain_tf'),
+                          # Ditto's arithmetic over FedAvg's, with no runtime.
+                          ('a ditto/a', 'a_plain_tf_ditto', 'a_plain_tf'),
                           ('d/c', 'd_ditto_interleaved', 'c_fedavg'),
                           ('d/c sequential', 'd_ditto_sequential', 'c_fedavg'),
+                          ('d/c fused', 'd_ditto_fused', 'c_fedavg'),
                           ('d/a', 'd_ditto_interleaved', 'a_plain_tf_ditto'),
+                          ('d/a fused', 'd_ditto_fused', 'a_plain_tf_ditto'),
                           ('e/c', 'e_aequa', 'c_fedavg'),
                           ('f/c', 'f_aequa_rewards', 'c_fedavg')):
     if num in median and den in median:
       lines.append(f'{label:<22}{median[num] / median[den]:>10.2f}')
-  print(f'Setting {_SETTING.value}, {_CLIENTS.value} clients, rounds 2..'
+  print(f'Setting {_SETTING.value}, model {_model()}, {_CLIENTS.value}'
+        f' clients, rounds 2..'
         f'{_ROUNDS.value}:\n' + '\n'.join(lines))
   if _OUTPUT.value:
     os.makedirs(os.path.dirname(_OUTPUT.value) or '.', exist_ok=True)
