@@ -240,6 +240,7 @@ def build_paired_client_update(
 
   return paired_update
 
+
 def build_ditto(
     model_fn: ModelFn,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
@@ -355,6 +356,13 @@ def build_ditto(
   return DittoProcess(global_process, personalize, personalize_and_next)
 
 
+def _check_lengths(client_ids: Sequence[Hashable],
+                   datasets: Sequence[tf.data.Dataset]) -> None:
+  if len(client_ids) != len(datasets):
+    raise ValueError(f'{len(client_ids)} client ids for {len(datasets)}'
+                     ' data sets.')
+
+
 class PersonalModels:
   """Each client's personal model, in memory, for a loop of your own.
 
@@ -437,18 +445,13 @@ class PersonalModels:
       `{client_id: OrderedDict(loss=, num_examples=)}`: the mean training
       loss over the round's batches and the examples seen.
     """
-    self._check_lengths(client_ids, datasets)
+    _check_lengths(client_ids, datasets)
     if not client_ids:
       return {}
     inputs = [personal_input(dataset, start, self.lam(cid))
               for cid, dataset, start in zip(
                   client_ids, datasets, self._starts(state, client_ids))]
     return self._keep(client_ids, self._process.personalize(state, inputs))
-
-  def _check_lengths(self, client_ids, datasets) -> None:
-    if len(client_ids) != len(datasets):
-      raise ValueError(f'{len(client_ids)} client ids for {len(datasets)}'
-                       ' data sets.')
 
   def _starts(self, state, client_ids):
     """Each client's personal model, or w^t for a client seen first."""
@@ -497,7 +500,7 @@ class PersonalModels:
     if next_inputs is not None:
       self.personalize(state, client_ids, datasets)
       return self._process.next(state, list(next_inputs))
-    self._check_lengths(client_ids, datasets)
+    _check_lengths(client_ids, datasets)
     # Both models in one pass over each client's batches.
     output = self._process.personalize_and_next(state, [
         paired_input(dataset, start, self.lam(cid))

@@ -273,7 +273,9 @@ class Ditto(own_models.OwnModels):
     personal model. With a lambda grid, a client whose lambda is due trains
     one candidate per lambda from that same start and keeps the one with
     the lowest loss on its validation split (the reference code's
-    `dynamic_lam`); the chosen lambda is stored with its model.
+    `dynamic_lam`); the chosen lambda is stored with its model. An
+    interleaved round with one candidate per client is left to `run_round`,
+    which trains both models in one pass.
 
     The round's `personal_rounds.csv` records: the lambda, whether it was
     chosen this round, the mean training loss over the epoch's batches
