@@ -16,6 +16,8 @@ history) and of the whole round:
   client_state  committing per-client state
   evaluation    every client's test split (`--eval_every=1`)
   checkpoint    the program state and the per-round release
+  round         the round's seconds as released (all of the above but the
+                checkpoint)
 
   .venv/bin/python -m benchmarks.round_phases --output_dir=/tmp/phases
 
@@ -61,10 +63,10 @@ _OUTPUT_DIR = flags.DEFINE_string(
 def _phases(history: list[dict[str, float]]) -> dict[str, float]:
   """Median seconds per phase over rounds 2.. of a run."""
   rounds = history[1:]
-  names = [k for k in rounds[0] if k.startswith('seconds')]
+  names = [k for k in rounds[0] if k.startswith('seconds_')] + ['seconds']
   return collections.OrderedDict(
       (name.removeprefix('seconds_') if name != 'seconds' else 'round',
-       float(np.median([r.get(name, 0.0) for r in rounds])))
+       float(np.median([r[name] for r in rounds])))
       for name in names)
 
 
