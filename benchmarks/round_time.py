@@ -3,7 +3,8 @@ r"""Seconds per training round: tff_fair against TFF and a plain TF loop.
 In one process and one run, on the same client data, model and batches:
 
   (a) the same SGD steps in a plain TensorFlow loop over the clients (one
-      model; two for Ditto: the floor this stack sets),
+      model; two for Ditto; for Aequa the slimmable model's full width plus
+      one width drawn from [0.1, 1) per step: the floor this stack sets),
   (b) TFF's `tff.learning.algorithms.build_weighted_fed_avg`,
   (c) tff_fair's FedAvg (`fed_avg.build_fed_avg`),
   (d) tff_fair's Ditto: `personalize` + `next`, sequential and
@@ -15,8 +16,9 @@ In one process and one run, on the same client data, model and batches:
 training time only (data sets are built before the clock starts; nothing is
 evaluated), every client every round; median, min and max over rounds
 2..N (round 1 pays for tracing), and the ratios b/a, c/a, d/c, d/a, e/c,
-f/c, and 'a ditto/a': Ditto's SGD steps over FedAvg's in the plain loop,
-the ratio no runtime can beat (Ditto trains two models on every batch).
+f/c, and 'a ditto/a' and 'a aequa/a': Ditto's and Aequa's SGD steps over
+FedAvg's in the plain loop, the ratios no runtime can beat (Ditto trains two
+models on every batch, Aequa two widths).
 
 Settings (`benchmarks.timing_settings`): `--setting=pfllib` (the PFLlib
 comparison, PFLlib's FedAvgCNN) or `--setting=readme` (the README's Ditto
@@ -53,18 +55,22 @@ from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
 from tff_fair.models import model_fns
 from tff_fair.models import names as model_names
+from tff_fair.models import slimmable
 from tff_fair.runtime import local as local_runtime
 from tff_fair.training import driver
 from tff_fair.training import log_filter
 from tff_fair.training import sampling
 
 SETTINGS = timing_settings.SETTINGS
-SYSTEMS = ('a_plain_tf', 'a_plain_tf_ditto', 'b_tff_fedavg', 'c_fedavg',
+SYSTEMS = ('a_plain_tf', 'a_plain_tf_ditto', 'a_plain_tf_aequa',
+           'b_tff_fedavg', 'c_fedavg',
            'd_ditto_sequential', 'd_ditto_interleaved', 'd_ditto_fused',
            'e_aequa',
            'f_aequa_rewards')
 # Systems that train the slimmable version of the architecture.
-SLIMMABLE_SYSTEMS = ('e_aequa', 'f_aequa_rewards')
+SLIMMABLE_SYSTEMS = ('a_plain_tf_aequa', 'e_aequa', 'f_aequa_rewards')
+# Aequa's smallest width (`aequa.build_aequa`'s default).
+P_MIN = 0.1
 
 _SETTING = flags.DEFINE_enum('setting', 'pfllib', list(SETTINGS),
                              'Model, batch size, learning rate (see above).')
@@ -94,8 +100,9 @@ class PlainLoop:
   """The same SGD steps in plain TensorFlow: the floor of this stack."""
 
   def __init__(self, spec: model_fns.ModelSpec, learning_rate: float,
-               lam: float = -1.0):
+               lam: float = -1.0, sandwich: bool = False):
     self._model = spec.build_keras(0)
+    self._sandwich = sandwich
     self._loss = model_fns.loss_fn(spec.masks_padding)
     self._optimizer = tf.keras.optimizers.SGD(learning_rate)
     self._optimizer.build(self._model.trainable_variables)
@@ -113,6 +120,10 @@ class PlainLoop:
     for batch in dataset:
       with tf.GradientTape() as tape:
         loss = self._loss(batch['y'], self._model(batch['x'], training=True))
+        if self._sandwich:  # Aequa's step: the full width and a drawn one.
+          width = tf.random.uniform([], P_MIN, 1.0)
+          loss += self._loss(batch['y'], self._model(
+              slimmable.slimmable_inputs(batch['x'], width), training=True))
       grads = tape.gradient(loss, self._model.trainable_variables)
       self._optimizer.apply_gradients(
           zip(grads, self._model.trainable_variables))
@@ -179,7 +190,8 @@ def _time_system(system: str) -> list[float]:
   plain = system.startswith('a_plain')
   if plain:
     loop = PlainLoop(experiment.model_spec, learning_rate,
-                     lam if system == 'a_plain_tf_ditto' else -1.0)
+                     lam if system == 'a_plain_tf_ditto' else -1.0,
+                     sandwich=system == 'a_plain_tf_aequa')
   else:
     process = _process(system, experiment, learning_rate)
     state = process.set_model_weights(
@@ -249,7 +261,10 @@ def main(argv):
                           ('d/c fused', 'd_ditto_fused', 'c_fedavg'),
                           ('d/a', 'd_ditto_interleaved', 'a_plain_tf_ditto'),
                           ('d/a fused', 'd_ditto_fused', 'a_plain_tf_ditto'),
+                          # Aequa's steps over FedAvg's, with no runtime.
+                          ('a aequa/a', 'a_plain_tf_aequa', 'a_plain_tf'),
                           ('e/c', 'e_aequa', 'c_fedavg'),
+                          ('e/a aequa', 'e_aequa', 'a_plain_tf_aequa'),
                           ('f/c', 'f_aequa_rewards', 'c_fedavg')):
     if num in median and den in median:
       lines.append(f'{label:<22}{median[num] / median[den]:>10.2f}')
