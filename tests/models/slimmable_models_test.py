@@ -54,11 +54,6 @@ _CASES = collections.OrderedDict(
             seed=s, hidden_units=512, padding='valid'),
         (28, 28, 1), tf.float32, 10, 582_026,
     ),
-    ditto_cnn=(
-        lambda s: slimmable_models.two_conv_cnn(seed=s),
-        lambda s: architectures.two_conv_cnn(seed=s),
-        (28, 28, 1), tf.float32, 10, 3_274_634,
-    ),
     text_cnn=(
         lambda s: slimmable_models.text_cnn(20, 100, seed=s),
         lambda s: architectures.text_cnn(20, 100, seed=s),
