@@ -231,12 +231,7 @@ def _time_system(system: str) -> list[float]:
 def main(argv):
   del argv
   log_filter.keep_info_logs_of_tff_fair_only()
-  if _ROUNDS.value < 3:
-    raise app.UsageError('--rounds must be >= 3 (round 1 is not counted).')
-  unknown = set(_SYSTEMS.value) - set(SYSTEMS)
-  if unknown:
-    raise app.UsageError(f'Unknown --systems {sorted(unknown)}; choose from'
-                         f' {", ".join(SYSTEMS)}.')
+  timing_settings.check_flags(_ROUNDS.value, _SYSTEMS.value, SYSTEMS)
   rows = collections.OrderedDict()
   with local_runtime.local_context():
     for system in _SYSTEMS.value:

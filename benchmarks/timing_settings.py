@@ -6,7 +6,10 @@ one personal epoch, PFLlib's FedAvgCNN: `fedavg_cnn`); `readme` is the
 README's Ditto benchmark (batch 16, lr 0.05, LeNet).
 """
 
+from collections.abc import Iterable
 import dataclasses
+
+from absl import app
 
 from tff_fair.models import names as model_names
 from tff_fair.training import config as config_lib
@@ -25,6 +28,17 @@ SETTINGS = {
     'pfllib': Setting('fedavg_cnn', 10, 0.005, 0.1),
     'readme': Setting('lenet', 16, 0.05, 0.1),
 }
+
+
+def check_flags(rounds: int, systems: Iterable[str],
+                known: Iterable[str]) -> None:
+  """Refuses --rounds < 3 and unknown --systems (`app.UsageError`)."""
+  if rounds < 3:
+    raise app.UsageError('--rounds must be >= 3 (round 1 is not counted).')
+  unknown = set(systems) - set(known)
+  if unknown:
+    raise app.UsageError(f'Unknown --systems {sorted(unknown)}; choose from'
+                         f' {", ".join(known)}.')
 
 
 def has_slimmable_version(model: str) -> bool:

@@ -95,6 +95,15 @@ def cifar_cnn(
   ])
 
 
+def check_two_conv_input(input_shape: Sequence[int], padding: str) -> None:
+  """Refuses inputs two 5x5 'valid' convolutions with pooling leave empty."""
+  if padding == 'valid' and min(input_shape[:2]) < 16:
+    raise ValueError(
+        f'Inputs of shape {tuple(input_shape)} are too small for two 5x5'
+        " 'valid' convolutions with pooling (at least 16x16 needed); use"
+        ' ditto_cnn (same padding) or lenet.')
+
+
 def two_conv_cnn(
     input_shape: Sequence[int] = (28, 28, 1),
     num_classes: int = 10,
@@ -111,11 +120,7 @@ def two_conv_cnn(
   Raises:
     ValueError: If 'valid' padding leaves no pixels (inputs under 16x16).
   """
-  if padding == 'valid' and min(input_shape[:2]) < 16:
-    raise ValueError(
-        f'Inputs of shape {tuple(input_shape)} are too small for two 5x5'
-        " 'valid' convolutions with pooling (at least 16x16 needed); use"
-        ' ditto_cnn (same padding) or lenet.')
+  check_two_conv_input(input_shape, padding)
   layer_seed = layer_seeds(seed)
   init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
   return tf.keras.Sequential([

@@ -64,6 +64,41 @@ def _conv_block(
   ]
 
 
+def _conv_pool_dense(
+    name: str,
+    input_shape: Sequence[int],
+    conv_filters: tuple[int, int],
+    padding: str,
+    dense_units: Sequence[int],
+    num_classes: int,
+    seed: Optional[int],
+    norm_groups: Optional[int],
+) -> slimmable.SlimmableModel:
+  """Two 5x5 conv blocks each followed by 2x2 pooling, dense layers, logits."""
+  layer_seed = architectures.layer_seeds(seed)
+  init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
+  first, second = conv_filters
+  layers = [
+      *_conv_block(first, 5, padding, init(0), norm_groups, slim_input=False),
+      tf.keras.layers.MaxPool2D(2, padding='same'),
+      *_conv_block(second, 5, padding, init(1), norm_groups, slim_input=True),
+      tf.keras.layers.MaxPool2D(2, padding='same'),
+  ]
+  for index, units in enumerate(dense_units):
+    layers.append(slimmable.SlimmableDense(
+        units, activation='relu', kernel_initializer=init(2 + index),
+        flatten_input=index == 0,
+    ))
+  layers.append(slimmable.SlimmableDense(
+      num_classes, kernel_initializer=init(2 + len(dense_units)),
+      slim_output=False,
+  ))
+  model = slimmable.SlimmableSequential(
+      layers, input_shape, tf.float32, name=name
+  )
+  return model.build_at_full_width()
+
+
 def lenet(
     input_shape: Sequence[int] = (28, 28, 1),
     num_classes: int = 10,
@@ -71,28 +106,8 @@ def lenet(
     norm_groups: Optional[int] = None,
 ) -> slimmable.SlimmableModel:
   """Slimmable LeNet-5: conv6-pool-conv16-pool-fc120-fc84-logits."""
-  layer_seed = architectures.layer_seeds(seed)
-  init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
-  layers = [
-      *_conv_block(6, 5, 'same', init(0), norm_groups, slim_input=False),
-      tf.keras.layers.MaxPool2D(2, padding='same'),
-      *_conv_block(16, 5, 'same', init(1), norm_groups, slim_input=True),
-      tf.keras.layers.MaxPool2D(2, padding='same'),
-      slimmable.SlimmableDense(
-          120, activation='relu', kernel_initializer=init(2),
-          flatten_input=True,
-      ),
-      slimmable.SlimmableDense(
-          84, activation='relu', kernel_initializer=init(3)
-      ),
-      slimmable.SlimmableDense(
-          num_classes, kernel_initializer=init(4), slim_output=False
-      ),
-  ]
-  model = slimmable.SlimmableSequential(
-      layers, input_shape, tf.float32, name='slimmable_lenet'
-  )
-  return model.build_at_full_width()
+  return _conv_pool_dense('slimmable_lenet', input_shape, (6, 16), 'same',
+                          (120, 84), num_classes, seed, norm_groups)
 
 
 def two_conv_cnn(
@@ -107,28 +122,9 @@ def two_conv_cnn(
   `architectures.two_conv_cnn`'s arguments: `ditto_cnn` is 'same' padding
   and 1024 hidden units, `fedavg_cnn` (PFLlib's FedAvgCNN) 'valid' and 512.
   """
-  # The reference builder checks the input size for 'valid' padding.
-  architectures.two_conv_cnn(input_shape, num_classes, seed, hidden_units,
-                             padding)
-  layer_seed = architectures.layer_seeds(seed)
-  init = lambda i: tf.keras.initializers.GlorotUniform(seed=layer_seed(i))
-  layers = [
-      *_conv_block(32, 5, padding, init(0), None, slim_input=False),
-      tf.keras.layers.MaxPool2D(2, padding='same'),
-      *_conv_block(64, 5, padding, init(1), None, slim_input=True),
-      tf.keras.layers.MaxPool2D(2, padding='same'),
-      slimmable.SlimmableDense(
-          hidden_units, activation='relu', kernel_initializer=init(2),
-          flatten_input=True,
-      ),
-      slimmable.SlimmableDense(
-          num_classes, kernel_initializer=init(3), slim_output=False
-      ),
-  ]
-  model = slimmable.SlimmableSequential(
-      layers, input_shape, tf.float32, name='slimmable_two_conv_cnn'
-  )
-  return model.build_at_full_width()
+  architectures.check_two_conv_input(input_shape, padding)
+  return _conv_pool_dense('slimmable_two_conv_cnn', input_shape, (32, 64),
+                          padding, (hidden_units,), num_classes, seed, None)
 
 
 def cifar_cnn(
