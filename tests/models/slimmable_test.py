@@ -284,7 +284,7 @@ class GradientTest(tf.test.TestCase, parameterized.TestCase):
     )
 
 
-class TracingTest(tf.test.TestCase):
+class TracingTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_one_trace_serves_every_width(self):
     model = _tiny_image_model()
@@ -311,6 +311,36 @@ class TracingTest(tf.test.TestCase):
         lambda x, w: model(slimmable.slimmable_inputs(x, w))
     ).get_concrete_function(*spec)
     self.assertEqual(logits.structured_outputs.shape.as_list(), [None, 3])
+
+  @parameterized.named_parameters(
+      ('image', _tiny_image_model, _image_batch, 3),
+      ('text', _tiny_text_model, _text_batch, 2),
+  )
+  def test_graph_width_gradient_is_a_pad(self, build, batch, classes):
+    # A strided slice's gradient (StridedSliceGrad) made a narrow step cost
+    # as much as a full one; the slices are tf.slice, whose gradient is Pad.
+    model = build()
+    features = batch()
+    labels = tf.constant(np.arange(features.shape[0]) % classes)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def gradients(width):
+      with tf.GradientTape() as tape:
+        loss = loss_fn(labels,
+                       model(slimmable.slimmable_inputs(features, width)))
+      return tape.gradient(loss, model.trainable_variables)
+
+    graph_gradients = tf.function(gradients)
+    concrete = graph_gradients.get_concrete_function(
+        tf.TensorSpec([], tf.float32))
+    op_types = {op.type for op in concrete.graph.get_operations()}
+    for function in concrete.graph._functions.values():  # pylint: disable=protected-access
+      op_types |= {node.op for node in function.definition.node_def}
+    self.assertNotIn('StridedSliceGrad', op_types)
+    self.assertIn('Pad', op_types)
+    for got, want in zip(graph_gradients(tf.constant(0.5)), gradients(0.5)):
+      self.assertAllClose(tf.convert_to_tensor(got),
+                          tf.convert_to_tensor(want), **_TOL)
 
   def test_training_step_at_several_widths(self):
     model = _tiny_image_model()

@@ -311,6 +311,25 @@ def _prefix_mask(size: Size, full: int) -> tf.Tensor:
   return tf.sequence_mask(size, full, dtype=tf.float32)
 
 
+def _leading(value: tf.Tensor, *sizes: Size) -> tf.Tensor:
+  """`value[..., :sizes[0], ..., :sizes[-1]]` on its last `len(sizes)` axes.
+
+  Built with `tf.slice`, whose gradient is one `Pad`: a strided slice's
+  gradient (`StridedSliceGrad`) made Aequa's narrow pass cost about as much
+  as a full-width one (`benchmarks/round_time.py`). Same values either way.
+  """
+  rank = value.shape.rank
+  if _is_static(*sizes):
+    return tf.slice(value, [0] * rank, [-1] * (rank - len(sizes)) + [*sizes])
+  size = tf.stack([-1] * (rank - len(sizes))
+                  + [tf.cast(s, tf.int32) for s in sizes])
+  sliced = tf.slice(value, [0] * rank, size)
+  # A size tensor hides the leading axes' static sizes; keep them.
+  sliced.set_shape(value.shape[:rank - len(sizes)].concatenate(
+      [s if isinstance(s, int) else None for s in sizes]))
+  return sliced
+
+
 def _static_channels(layer: tf.keras.layers.Layer, input_shape) -> int:
   channels = tf.compat.dimension_value(tf.TensorShape(input_shape)[-1])
   if channels is None:
@@ -431,10 +450,13 @@ class SlimmableDense(SlimmableLayer):
     if _is_full(ci, self.in_channels) and _is_full(co, self.units):
       return tf.convert_to_tensor(self.kernel)
     if self.positions == 1:
-      return self.kernel[:ci, :co]
-    blocks = tf.reshape(
-        self.kernel, [self.positions, self.in_channels, self.units]
-    )[:, :ci, :co]
+      return _leading(self.kernel, ci, co)
+    blocks = _leading(
+        tf.reshape(
+            self.kernel, [self.positions, self.in_channels, self.units]
+        ),
+        ci, co,
+    )
     return tf.reshape(blocks, [self.positions * ci, co])
 
   def _variable_layout(self):
@@ -462,7 +484,7 @@ class SlimmableDense(SlimmableLayer):
     else:
       outputs = tf.tensordot(inputs, kernel, [[rank - 1], [0]])
     if self.use_bias:
-      bias = self.bias if _is_full(co, self.units) else self.bias[:co]
+      bias = self.bias if _is_full(co, self.units) else _leading(self.bias, co)
       outputs = tf.nn.bias_add(outputs, bias)
     if self.activation is not None:
       outputs = self.activation(outputs)
@@ -553,7 +575,7 @@ class _SlimmableConv(SlimmableLayer):
     if _is_full(ci, self.in_channels) and _is_full(co, self.units):
       kernel = tf.convert_to_tensor(self.kernel)
     else:
-      kernel = self.kernel[..., :ci, :co]
+      kernel = _leading(self.kernel, ci, co)
     outputs = tf.nn.convolution(
         inputs,
         kernel,
@@ -564,7 +586,7 @@ class _SlimmableConv(SlimmableLayer):
         name=type(self).__name__,
     )
     if self.use_bias:
-      bias = self.bias if _is_full(co, self.units) else self.bias[:co]
+      bias = self.bias if _is_full(co, self.units) else _leading(self.bias, co)
       outputs = tf.nn.bias_add(outputs, bias, data_format=self._data_format)
     if self.activation is not None:
       outputs = self.activation(outputs)
@@ -651,7 +673,7 @@ class SlimmableEmbedding(SlimmableLayer):
       inputs = tf.cast(inputs, tf.int32)
     outputs = tf.nn.embedding_lookup(self.embeddings, inputs)
     if not _is_full(co, self.units):
-      outputs = outputs[..., :co]
+      outputs = _leading(outputs, co)
     self._record(kernel_shape=(self.input_dim, co), macs=0)
     return outputs
 
@@ -757,7 +779,7 @@ class SlimmableGroupNormalization(SlimmableLayer):
     def per_channel(v):
       if v is None:
         return None
-      v = v if _is_full(ca, self.units) else v[:ca]
+      v = v if _is_full(ca, self.units) else _leading(v, ca)
       if not no_pad:
         v = tf.pad(v, [[0, pad]])
       return tf.reshape(v, tf.stack(weights_shape))
@@ -772,7 +794,7 @@ class SlimmableGroupNormalization(SlimmableLayer):
     )
     outputs = tf.reshape(normalized, shape)
     if not no_pad:
-      outputs = outputs[..., :ca]
+      outputs = _leading(outputs, ca)
     self._record(kernel_shape=(ca,), macs=0)
     return outputs
 
