@@ -82,6 +82,37 @@ class WidthDrawsTest(tf.test.TestCase):
     self.assertLen(set(seeds.values()), len(seeds))
 
 
+def _loop_op_types(widths_per_step, max_width=None):
+  """Op types of the sandwich loop's graph and of every function it calls."""
+  model = _SPEC.model_fn()
+  train = aequa.build_sandwich_loop_fn(0.1, 1.0, widths_per_step)(
+      model, _sgd(0.1))
+  start = tf.nest.map_structure(
+      lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(model))
+  data = tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(x=_X[:40], y=_Y[:40])).batch(20)
+  graph = train.get_concrete_function(
+      start, data, tf.constant([1, 2]), max_width).graph
+  types = {op.type for op in graph.get_operations()}
+  for function in graph._functions.values():  # pylint: disable=protected-access
+    types |= {node.op for node in function.definition.node_def}
+  return types
+
+
+class StaticWidthTest(tf.test.TestCase):
+  # TFF's Keras wrapper runs the model in a nested tf.function, where a
+  # width tensor (even a constant) is a placeholder: every kernel was sliced
+  # with dynamic sizes (`active_size`'s Ceil) at full width, +25% a step.
+
+  def test_full_width_pass_has_static_shapes(self):
+    self.assertNotIn('Ceil', _loop_op_types(widths_per_step=0))
+    self.assertNotIn('Ceil', _loop_op_types(0, max_width=0.5))
+
+  def test_drawn_and_per_client_widths_are_dynamic(self):
+    self.assertIn('Ceil', _loop_op_types(widths_per_step=1))
+    self.assertIn('Ceil', _loop_op_types(0, max_width=tf.constant(0.5)))
+
+
 class AequaTest(tff_test_utils.TffTestCase):
 
   def test_sandwich_training_makes_every_width_useful(self):
