@@ -317,8 +317,8 @@ class TracingTest(tf.test.TestCase, parameterized.TestCase):
       ('text', _tiny_text_model, _text_batch, 2),
   )
   def test_graph_width_gradient_is_a_pad(self, build, batch, classes):
-    # A strided slice's gradient (StridedSliceGrad) made a narrow step cost
-    # as much as a full one; the slices are tf.slice, whose gradient is Pad.
+    # The slices are tf.slice, whose gradient is one Pad, not strided
+    # slices, whose gradient (StridedSliceGrad) is slower.
     model = build()
     features = batch()
     labels = tf.constant(np.arange(features.shape[0]) % classes)

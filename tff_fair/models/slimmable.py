@@ -314,9 +314,9 @@ def _prefix_mask(size: Size, full: int) -> tf.Tensor:
 def _leading(value: tf.Tensor, *sizes: Size) -> tf.Tensor:
   """`value[..., :sizes[0], ..., :sizes[-1]]` on its last `len(sizes)` axes.
 
-  Built with `tf.slice`, whose gradient is one `Pad`: a strided slice's
-  gradient (`StridedSliceGrad`) made Aequa's narrow pass cost about as much
-  as a full-width one (`benchmarks/round_time.py`). Same values either way.
+  Built with `tf.slice`, whose gradient is one `Pad`, not a strided slice,
+  whose gradient (`StridedSliceGrad`) took a few percent more of a narrow
+  step (`benchmarks/slimmable_step_time.py`). Same values either way.
   """
   rank = value.shape.rank
   if _is_static(*sizes):
