@@ -9,7 +9,9 @@ In one process and one run, on the same client data, model and batches:
   (c) tff_fair's FedAvg (`fed_avg.build_fed_avg`),
   (d) tff_fair's Ditto: `personalize` + `next`, sequential and
       interleaved, and `personalize_and_next` (interleaved in one pass),
-  (e) tff_fair's Aequa (slimmable model, one sampled width per step),
+  (e) tff_fair's Aequa (slimmable model, one sampled width per step), and
+      `e_aequa_full_width`: the full width only (`widths_per_step=0`), the
+      slimmable model's own overhead over FedAvg's,
   (f) training-time Aequa (`aequa_rewards`, masked aggregation) with every
       client at p_max, as in its first round (its most expensive),
 
@@ -65,10 +67,11 @@ SETTINGS = timing_settings.SETTINGS
 SYSTEMS = ('a_plain_tf', 'a_plain_tf_ditto', 'a_plain_tf_aequa',
            'b_tff_fedavg', 'c_fedavg',
            'd_ditto_sequential', 'd_ditto_interleaved', 'd_ditto_fused',
-           'e_aequa',
+           'e_aequa', 'e_aequa_full_width',
            'f_aequa_rewards')
 # Systems that train the slimmable version of the architecture.
-SLIMMABLE_SYSTEMS = ('a_plain_tf_aequa', 'e_aequa', 'f_aequa_rewards')
+SLIMMABLE_SYSTEMS = ('a_plain_tf_aequa', 'e_aequa', 'e_aequa_full_width',
+                     'f_aequa_rewards')
 # Aequa's smallest width (`aequa.build_aequa`'s default).
 P_MIN = 0.1
 
@@ -177,7 +180,9 @@ def _process(system: str, experiment, learning_rate: float):
     return aequa_rewards.build_aequa_rewards(
         spec.model_fn, client_optimizer,
         keras_model_fn=lambda: spec.build_keras(None))
-  return aequa.build_aequa(spec.model_fn, client_optimizer)
+  return aequa.build_aequa(
+      spec.model_fn, client_optimizer,
+      widths_per_step=0 if system == 'e_aequa_full_width' else 1)
 
 
 def _time_system(system: str) -> list[float]:
@@ -259,6 +264,8 @@ def main(argv):
                           # Aequa's steps over FedAvg's, with no runtime.
                           ('a aequa/a', 'a_plain_tf_aequa', 'a_plain_tf'),
                           ('e/c', 'e_aequa', 'c_fedavg'),
+                          ('e full width/c', 'e_aequa_full_width',
+                           'c_fedavg'),
                           ('e/a aequa', 'e_aequa', 'a_plain_tf_aequa'),
                           ('f/c', 'f_aequa_rewards', 'c_fedavg')):
     if num in median and den in median:

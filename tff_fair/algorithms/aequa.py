@@ -103,16 +103,6 @@ def build_sandwich_loop_fn(
   sub-network moves.
   """
 
-  def at_width(batch, width):
-    # A Python width reaches the model as a constant. TFF's Keras wrapper
-    # runs the model in a nested tf.function, where a width tensor, even a
-    # constant one, becomes a placeholder: every kernel is sliced with
-    # dynamic sizes at full width, about 25% more per step (measured).
-    if isinstance(width, float):
-      return collections.OrderedDict(
-          x=slimmable.slimmable_inputs(batch['x'], width), y=batch['y'])
-    return slimmable.with_width(batch, width)
-
   def loop_fn(model: tff.learning.models.VariableModel,
               optimizer: tff.learning.optimizers.Optimizer):
     weights = tff.learning.models.ModelWeights.from_model(model)
@@ -130,7 +120,9 @@ def build_sandwich_loop_fn(
         opt_state, steps, examples = state
         widths = sample_widths(seed, steps, p_min, high, widths_per_step)
         with tf.GradientTape() as tape:
-          output = model.forward_pass(at_width(batch, top), training=True)
+          # A Python `top` stays static (`slimmable.with_width`).
+          output = model.forward_pass(slimmable.with_width(batch, top),
+                                      training=True)
           loss = output.loss
           for j in range(widths_per_step):
             narrow = slimmable.with_width(batch, widths[j])

@@ -220,7 +220,7 @@ def build_aequa_rewards(
     if client_context:
       max_width = _checked_max_width(client_data['max_width'], p_min, p_max)
     else:
-      max_width = float(p_max)  # Static: see `aequa.build_sandwich_loop_fn`.
+      max_width = float(p_max)  # Static shapes: see `slimmable.with_width`.
     trained = loop_fn(model_fn(), client_optimizer_fn)(
         initial_weights, data, seed, max_width)
     update, weight = fed_avg.update_and_weight(initial_weights, trained,

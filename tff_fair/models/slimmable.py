@@ -274,13 +274,21 @@ def with_width(batch, width: Width) -> collections.OrderedDict:
   """`OrderedDict(x, y)` -> `OrderedDict(x=OrderedDict(features, width), y)`.
 
   For `tff.learning` data sets: `dataset.batch(b).map(lambda e:
-  with_width(e, p))`. The width is cast to a float32 scalar.
+  with_width(e, p))` (a data set stores the width as a float32 scalar). A
+  width tensor is cast to a float32 scalar; a Python number stays a Python
+  float, so a `tf.function` the batch is passed to (TFF's Keras wrapper runs
+  the model in one) traces it as a constant, with static shapes. A tensor
+  there, even a constant one, is a placeholder: every kernel is sliced with
+  sizes known only at run time, about 25% more per step at full width.
   """
   if isinstance(batch, Mapping):
     x, y = batch['x'], batch['y']
   else:
     x, y = batch
-  width = tf.cast(width, tf.float32)
+  if isinstance(width, (int, float, np.integer, np.floating)):
+    width = float(width)
+  else:
+    width = tf.cast(width, tf.float32)
   return collections.OrderedDict(x=slimmable_inputs(x, width), y=y)
 
 
@@ -314,9 +322,9 @@ def _prefix_mask(size: Size, full: int) -> tf.Tensor:
 def _leading(value: tf.Tensor, *sizes: Size) -> tf.Tensor:
   """`value[..., :sizes[0], ..., :sizes[-1]]` on its last `len(sizes)` axes.
 
-  Built with `tf.slice`, whose gradient is one `Pad`, not a strided slice,
-  whose gradient (`StridedSliceGrad`) took a few percent more of a narrow
-  step (`benchmarks/slimmable_step_time.py`). Same values either way.
+  Built with `tf.slice`, whose gradient is one `Pad`, not a strided slice
+  (whose gradient, `StridedSliceGrad`, is the more general scatter). Same
+  values either way.
   """
   rank = value.shape.rank
   if _is_static(*sizes):
