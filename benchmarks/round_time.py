@@ -4,7 +4,10 @@ In one process and one run, on the same client data, model and batches:
 
   (a) the same SGD steps in a plain TensorFlow loop over the clients (one
       model; two for Ditto; for Aequa the slimmable model's full width plus
-      one width drawn from [0.1, 1) per step: the floor this stack sets),
+      one width drawn from [0.1, 1) per step: the floor this stack sets);
+      `a_plain_tf_xla`: the same loop with each step compiled by XLA
+      (`jit_compile`; Aequa's drawn width has no XLA version: XLA needs
+      every shape at compile time),
   (b) TFF's `tff.learning.algorithms.build_weighted_fed_avg`,
   (c) tff_fair's FedAvg (`fed_avg.build_fed_avg`),
   (d) tff_fair's Ditto: `personalize` + `next`, sequential and
@@ -21,6 +24,14 @@ evaluated), every client every round; median, min and max over rounds
 f/c, and 'a ditto/a' and 'a aequa/a': Ditto's and Aequa's SGD steps over
 FedAvg's in the plain loop, the ratios no runtime can beat (Ditto trains two
 models on every batch, Aequa two widths).
+
+Each round's CPU seconds are measured too (this process and its children,
+i.e. TFF's worker, from /proc): the work a round costs, whatever share of
+the cores it keeps busy. 'cores' is CPU seconds over seconds. Every ratio
+is given in both: the plain loop trains one client at a time and leaves
+part of the second core idle, TFF runs clients side by side and keeps both
+busy, so on this machine a TFF ratio can be compared with the plain loop's
+ratio of CPU seconds, the work of the same steps.
 
 Settings (`benchmarks.timing_settings`): `--setting=pfllib` (the PFLlib
 comparison, PFLlib's FedAvgCNN) or `--setting=readme` (the README's Ditto
@@ -64,7 +75,8 @@ from tff_fair.training import log_filter
 from tff_fair.training import sampling
 
 SETTINGS = timing_settings.SETTINGS
-SYSTEMS = ('a_plain_tf', 'a_plain_tf_ditto', 'a_plain_tf_aequa',
+SYSTEMS = ('a_plain_tf', 'a_plain_tf_xla', 'a_plain_tf_ditto',
+           'a_plain_tf_aequa',
            'b_tff_fedavg', 'c_fedavg',
            'd_ditto_sequential', 'd_ditto_interleaved', 'd_ditto_fused',
            'e_aequa', 'e_aequa_full_width',
@@ -103,9 +115,13 @@ class PlainLoop:
   """The same SGD steps in plain TensorFlow: the floor of this stack."""
 
   def __init__(self, spec: model_fns.ModelSpec, learning_rate: float,
-               lam: float = -1.0, sandwich: bool = False):
+               lam: float = -1.0, sandwich: bool = False,
+               jit_compile: bool = False):
     self._model = spec.build_keras(0)
     self._sandwich = sandwich
+    # One step as XLA's unit of compilation; without XLA it is inlined.
+    self._step = (tf.function(self._sgd_step, jit_compile=True)
+                  if jit_compile else self._sgd_step)
     self._loss = model_fns.loss_fn(spec.masks_padding)
     self._optimizer = tf.keras.optimizers.SGD(learning_rate)
     self._optimizer.build(self._model.trainable_variables)
@@ -121,17 +137,20 @@ class PlainLoop:
     """One pass of SGD steps over `dataset`, in one graph (as TFF's reduce)."""
     count = tf.constant(0)
     for batch in dataset:
-      with tf.GradientTape() as tape:
-        loss = self._loss(batch['y'], self._model(batch['x'], training=True))
-        if self._sandwich:  # Aequa's step: the full width and a drawn one.
-          width = tf.random.uniform([], P_MIN, 1.0)
-          loss += self._loss(batch['y'], self._model(
-              slimmable.slimmable_inputs(batch['x'], width), training=True))
-      grads = tape.gradient(loss, self._model.trainable_variables)
-      self._optimizer.apply_gradients(
-          zip(grads, self._model.trainable_variables))
+      self._step(batch)
       count += tf.shape(batch['y'])[0]
     return count
+
+  def _sgd_step(self, batch):
+    with tf.GradientTape() as tape:
+      loss = self._loss(batch['y'], self._model(batch['x'], training=True))
+      if self._sandwich:  # Aequa's step: the full width and a drawn one.
+        width = tf.random.uniform([], P_MIN, 1.0)
+        loss += self._loss(batch['y'], self._model(
+            slimmable.slimmable_inputs(batch['x'], width), training=True))
+    grads = tape.gradient(loss, self._model.trainable_variables)
+    self._optimizer.apply_gradients(
+        zip(grads, self._model.trainable_variables))
 
   @tf.function
   def _train_personal(self, dataset):
@@ -164,6 +183,30 @@ class PlainLoop:
     self._global = [t / count for t in totals]
 
 
+def _cpu_seconds() -> float:
+  """User + system CPU seconds of this process and its descendants."""
+  tick = os.sysconf('SC_CLK_TCK')
+  children = collections.defaultdict(list)
+  cpu = {}
+  for entry in os.listdir('/proc'):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f'/proc/{entry}/stat') as f:
+        # Fields after the command name: state, ppid, ..., utime, stime.
+        fields = f.read().rsplit(')', 1)[1].split()
+    except OSError:  # The process ended meanwhile.
+      continue
+    children[int(fields[1])].append(int(entry))
+    cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+  total, pending = 0.0, [os.getpid()]
+  while pending:
+    pid = pending.pop()
+    total += cpu.get(pid, 0.0)
+    pending.extend(children.get(pid, ()))
+  return total
+
+
 def _process(system: str, experiment, learning_rate: float):
   spec = experiment.model_spec
   client_optimizer = tff.learning.optimizers.build_sgdm(learning_rate)
@@ -185,8 +228,8 @@ def _process(system: str, experiment, learning_rate: float):
       widths_per_step=0 if system == 'e_aequa_full_width' else 1)
 
 
-def _time_system(system: str) -> list[float]:
-  """Seconds of each round's training for one system."""
+def _time_system(system: str) -> tuple[list[float], list[float]]:
+  """Seconds and CPU seconds of each round's training for one system."""
   learning_rate = SETTINGS[_SETTING.value].learning_rate
   lam = SETTINGS[_SETTING.value].ditto_lambda
   experiment = driver.build_experiment(
@@ -196,20 +239,21 @@ def _time_system(system: str) -> list[float]:
   if plain:
     loop = PlainLoop(experiment.model_spec, learning_rate,
                      lam if system == 'a_plain_tf_ditto' else -1.0,
-                     sandwich=system == 'a_plain_tf_aequa')
+                     sandwich=system == 'a_plain_tf_aequa',
+                     jit_compile=system == 'a_plain_tf_xla')
   else:
     process = _process(system, experiment, learning_rate)
     state = process.set_model_weights(
         process.initialize(), experiment.model_spec.initial_weights(0))
   personal = {}
-  seconds = []
+  seconds, cpu_seconds = [], []
   for round_num in range(1, _ROUNDS.value + 1):
     datasets = sampling.client_datasets(experiment, ids, round_num, epochs=1)
     personal_data = (
         datasets if system != 'd_ditto_sequential' else
         sampling.client_datasets(experiment, ids, round_num, epochs=1,
                                  stream=1))
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), _cpu_seconds()
     if plain:
       loop.round(ids, datasets)
     elif system == 'd_ditto_fused':
@@ -229,8 +273,10 @@ def _time_system(system: str) -> list[float]:
         personal = {cid: out['personal'] for cid, out in zip(ids, outputs)}
       state = process.next(state, datasets).state
     seconds.append(time.perf_counter() - start)
-    logging.info('%s round %d: %.2f s', system, round_num, seconds[-1])
-  return seconds
+    cpu_seconds.append(_cpu_seconds() - start_cpu)
+    logging.info('%s round %d: %.2f s, %.2f CPU s', system, round_num,
+                 seconds[-1], cpu_seconds[-1])
+  return seconds, cpu_seconds
 
 
 def main(argv):
@@ -245,14 +291,19 @@ def main(argv):
         logging.info('Skipping %s: %s has no slimmable version.', system,
                      _model())
         continue
-      times = np.array(_time_system(system)[1:])
-      rows[system] = (float(np.median(times)), float(times.min()),
-                      float(times.max()))
+      seconds, cpu_seconds = (np.array(t[1:]) for t in _time_system(system))
+      rows[system] = (float(np.median(seconds)), float(seconds.min()),
+                      float(seconds.max()), float(np.median(cpu_seconds)),
+                      float(np.median(cpu_seconds / seconds)))
   median = {name: row[0] for name, row in rows.items()}
-  lines = [f'{"system":<22}{"median s":>10}{"min":>8}{"max":>8}']
-  lines += [f'{name:<22}{m:>10.2f}{lo:>8.2f}{hi:>8.2f}'
-            for name, (m, lo, hi) in rows.items()]
+  median_cpu = {name: row[3] for name, row in rows.items()}
+  lines = [f'{"system":<22}{"median s":>10}{"min":>8}{"max":>8}'
+           f'{"CPU s":>8}{"cores":>7}']
+  lines += [f'{name:<22}{m:>10.2f}{lo:>8.2f}{hi:>8.2f}{cpu:>8.2f}{cores:>7.2f}'
+            for name, (m, lo, hi, cpu, cores) in rows.items()]
+  lines.append(f'{"ratio":<22}{"of s":>10}{"of CPU s":>10}')
   for label, num, den in (('b/a', 'b_tff_fedavg', 'a_plain_tf'),
+                          ('a xla/a', 'a_plain_tf_xla', 'a_plain_tf'),
                           ('c/a', 'c_fedavg', 'a_plain_tf'),
                           # Ditto's arithmetic over FedAvg's, with no runtime.
                           ('a ditto/a', 'a_plain_tf_ditto', 'a_plain_tf'),
@@ -269,7 +320,8 @@ def main(argv):
                           ('e/a aequa', 'e_aequa', 'a_plain_tf_aequa'),
                           ('f/c', 'f_aequa_rewards', 'c_fedavg')):
     if num in median and den in median:
-      lines.append(f'{label:<22}{median[num] / median[den]:>10.2f}')
+      lines.append(f'{label:<22}{median[num] / median[den]:>10.2f}'
+                   f'{median_cpu[num] / median_cpu[den]:>10.2f}')
   print(f'Setting {_SETTING.value}, model {_model()}, {_CLIENTS.value}'
         f' clients, rounds 2..'
         f'{_ROUNDS.value}:\n' + '\n'.join(lines))
@@ -278,7 +330,7 @@ def main(argv):
     with open(_OUTPUT.value, 'w', newline='') as f:
       writer = csv.writer(f)
       writer.writerow(['system', 'median_seconds', 'min_seconds',
-                       'max_seconds'])
+                       'max_seconds', 'median_cpu_seconds', 'median_cores'])
       writer.writerows((name, *row) for name, row in rows.items())
 
 
