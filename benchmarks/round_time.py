@@ -6,8 +6,8 @@ In one process and one run, on the same client data, model and batches:
       model; two for Ditto; for Aequa the slimmable model's full width plus
       one width drawn from [0.1, 1) per step: the floor this stack sets);
       `a_plain_tf_xla`: the same loop with each step compiled by XLA
-      (`jit_compile`; Aequa's drawn width has no XLA version: XLA needs
-      every shape at compile time),
+      (`jit_compile`; not for Aequa: XLA compiles a program per set of
+      shapes, and a width drawn per step changes them almost every step),
   (b) TFF's `tff.learning.algorithms.build_weighted_fed_avg`,
   (c) tff_fair's FedAvg (`fed_avg.build_fed_avg`),
   (d) tff_fair's Ditto: `personalize` + `next`, sequential and

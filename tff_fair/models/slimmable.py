@@ -137,8 +137,12 @@ def active_size_py(width: float, full_size: int) -> int:
   return min(max(n, 1), full_size)
 
 
+# Widths given as plain numbers (known when a function is traced).
+_NUMBER_TYPES = (int, float, np.floating, np.integer)
+
+
 def _static_value(width: Width) -> Optional[float]:
-  if isinstance(width, (int, float, np.floating, np.integer)):
+  if isinstance(width, _NUMBER_TYPES):
     return float(width)
   value = tf.get_static_value(width)
   if value is None or np.ndim(value) != 0:
@@ -279,13 +283,14 @@ def with_width(batch, width: Width) -> collections.OrderedDict:
   float, so a `tf.function` the batch is passed to (TFF's Keras wrapper runs
   the model in one) traces it as a constant, with static shapes. A tensor
   there, even a constant one, is a placeholder: every kernel is sliced with
-  sizes known only at run time, about 25% more per step at full width.
+  sizes known only at run time (the README's *Seconds per round* measures
+  what that cost Aequa's full-width pass).
   """
   if isinstance(batch, Mapping):
     x, y = batch['x'], batch['y']
   else:
     x, y = batch
-  if isinstance(width, (int, float, np.integer, np.floating)):
+  if isinstance(width, _NUMBER_TYPES):
     width = float(width)
   else:
     width = tf.cast(width, tf.float32)
