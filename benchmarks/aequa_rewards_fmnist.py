@@ -9,7 +9,9 @@ label random) and `client_0002` has 50% label noise (`--label_noise_file`).
 The same rounds, data and seed for every method:
 
 * training-time Aequa (`aequa_rewards`: widths earned by CGSV contributions
-  each round; final accuracy: the global model at the width it earned);
+  each round; final accuracy: the global model at the width it earned),
+  and the same scored against the others' aggregate
+  (`aequa_rewards_loo`: `--contribution_assessment=cgsv_leave_one_out`);
 * post-training Aequa (`aequa`: allocation after training);
 * CGSV and IAFL (each client's own, rewarded model);
 * FedAvg + fine-tuning (each client's fine-tuned model).
@@ -18,9 +20,11 @@ Per partition: the Pearson correlation between each client's final
 accuracy and its standalone accuracy (its model trained alone, from the
 post-training Aequa run; both on the client's own test split), the mean
 final accuracy, the free rider's and the noisy client's final accuracy;
-for training-time Aequa the free rider's width per round, the bytes each
-client received and sent in the last round, and the median seconds of a
-round (rounds 2..N) against FedAvg's (the fedavg_ft run's rounds).
+for training-time Aequa the free rider's width per round, the honest
+clients (neither the free rider nor the noisy one) that end at p_min, the
+bytes each client received and sent in the last round, and the median
+seconds of a round (rounds 2..N) against FedAvg's (the fedavg_ft run's
+rounds).
 
 Targets (issue "Aequa's training-time rewards..."): training-time Aequa has
 the highest correlation of the five in both partitions; the free rider is
@@ -74,11 +78,18 @@ _PARTITIONS = {
 # final model's accuracy).
 _METHODS = {
     'aequa_rewards': ('aequa_rewards', dict(p_min=P_MIN), 'aequa_rewards'),
+    'aequa_rewards_loo': ('aequa_rewards', dict(
+        p_min=P_MIN, contribution_assessment='cgsv_leave_one_out'),
+                          'aequa_rewards'),
     'aequa': ('aequa', dict(p_min=P_MIN), 'aequa'),
     'cgsv': ('cgsv', {}, 'personalized'),
     'iafl': ('iafl', {}, 'personalized'),
     'fedavg_ft': ('fedavg_ft', {}, 'fine_tuned'),
 }
+
+
+# The training-time Aequa variants: widths, bytes and seconds are reported.
+_TRAINING_TIME = ('aequa_rewards', 'aequa_rewards_loo')
 
 
 def _run_dir(partition: str, method: str) -> str:
@@ -92,7 +103,7 @@ def _final_accuracies(partition: str, method: str, partition_settings,
   table = os.path.join(run_dir, 'clients_final.csv')
   if not os.path.exists(table):
     algorithm, settings, _ = _METHODS[method]
-    if method == 'aequa_rewards':
+    if algorithm == 'aequa_rewards':
       settings = dict(settings, contribution_gamma=_GAMMA.value)
     driver.run(registry.make_config(
         algorithm=algorithm, dataset='fashion_mnist', num_clients=10,
@@ -124,6 +135,48 @@ def _rounds_log(run_dir: str) -> list[dict[str, str]]:
     return list(csv.DictReader(f))
 
 
+def _training_time_rewards(partition: str, method: str,
+                           fedavg_seconds: float,
+                           lines: list[str]) -> dict[str, float]:
+  """A training-time Aequa run's widths, bytes and seconds; adds lines."""
+  run_dir = _run_dir(partition, method)
+  log = _rounds_log(run_dir)
+  rider = [float(r['next_width']) for r in log if r['client'] == FREE_RIDER]
+  at_floor = [w <= P_MIN + 1e-6 for w in rider]
+  from_round = next(
+      (i + 1 for i in range(len(at_floor)) if all(at_floor[i:])), 0)
+  last = [r for r in log if int(r['round']) == _ROUNDS.value]
+  traffic = {r['client']: int(r['bytes_received']) + int(r['bytes_sent'])
+             for r in last}
+  honest_at_floor = sorted(
+      r['client'] for r in last
+      if r['client'] not in _LABEL_NOISE
+      and float(r['next_width']) <= P_MIN + 1e-6)
+  seconds = _median_round_seconds(run_dir)
+  lines.append(f'{method}: free rider width after each round: ' + ' '.join(
+      f'{w:.2f}' for w in rider))
+  lines.append(f'{method}: free rider at p_min from round:'
+               f' {from_round or "never"}; honest clients at p_min at the'
+               f' end: {len(honest_at_floor)} {honest_at_floor}')
+  lines.append(
+      f'{method}: last round bytes (received + sent) per client: free rider'
+      f' {traffic[FREE_RIDER]:,}, min {min(traffic.values()):,},'
+      f' max {max(traffic.values()):,}')
+  lines.append(
+      f'{method}: seconds per round (median of rounds 2..{_ROUNDS.value}):'
+      f' {seconds:.2f}, fedavg {fedavg_seconds:.2f}, ratio'
+      f' {seconds / fedavg_seconds:.2f}')
+  return {
+      f'{method}_free_rider_at_p_min_from_round': from_round,
+      f'{method}_honest_clients_at_p_min': len(honest_at_floor),
+      f'{method}_last_round_bytes_free_rider': traffic[FREE_RIDER],
+      f'{method}_last_round_bytes_max': max(traffic.values()),
+      f'{method}_last_round_bytes_min': min(traffic.values()),
+      f'{method}_seconds_per_round': seconds,
+      f'{method}_over_fedavg': seconds / fedavg_seconds,
+  }
+
+
 def main(argv):
   del argv
   log_filter.keep_info_logs_of_tff_fair_only()
@@ -148,48 +201,21 @@ def main(argv):
             [final[c] for c in clients]))
         row[f'{method}_free_rider_accuracy'] = final[FREE_RIDER]
         row[f'{method}_noisy_accuracy'] = final[NOISY_CLIENT]
-      rewards_dir = _run_dir(partition, 'aequa_rewards')
-      log = _rounds_log(rewards_dir)
-      rider = [float(r['next_width']) for r in log
-               if r['client'] == FREE_RIDER]
-      at_floor = [w <= P_MIN + 1e-6 for w in rider]
-      row['free_rider_at_p_min_from_round'] = (
-          next((i + 1 for i in range(len(at_floor)) if all(at_floor[i:])),
-               0))
-      last = [r for r in log if int(r['round']) == _ROUNDS.value]
-      traffic = {r['client']: int(r['bytes_received']) + int(r['bytes_sent'])
-                 for r in last}
-      row['last_round_bytes_free_rider'] = traffic[FREE_RIDER]
-      row['last_round_bytes_max'] = max(traffic.values())
-      row['last_round_bytes_min'] = min(traffic.values())
-      rewards_seconds = _median_round_seconds(rewards_dir)
-      fedavg_seconds = _median_round_seconds(_run_dir(partition, 'fedavg_ft'))
-      row['aequa_rewards_seconds_per_round'] = rewards_seconds
-      row['fedavg_seconds_per_round'] = fedavg_seconds
-      row['aequa_rewards_over_fedavg'] = rewards_seconds / fedavg_seconds
-      rows.append(row)
-
       lines.append(f'\n== {partition}: free rider {FREE_RIDER} (random'
                    f' labels), {NOISY_CLIENT} 50% label noise ==')
-      lines.append('{:<15}{:>9}{:>11}{:>12}{:>9}'.format(
+      lines.append('{:<18}{:>9}{:>11}{:>12}{:>9}'.format(
           'method', 'pearson', 'mean acc', 'free rider', 'noisy'))
       for method in _METHODS:
-        lines.append('{:<15}{:>9.4f}{:>11.4f}{:>12.4f}{:>9.4f}'.format(
+        lines.append('{:<18}{:>9.4f}{:>11.4f}{:>12.4f}{:>9.4f}'.format(
             method, row[f'{method}_pearson'], row[f'{method}_mean_accuracy'],
             row[f'{method}_free_rider_accuracy'],
             row[f'{method}_noisy_accuracy']))
-      lines.append('free rider width after each round: ' + ' '.join(
-          f'{w:.2f}' for w in rider))
-      lines.append('free rider at p_min from round:'
-                   f' {row["free_rider_at_p_min_from_round"] or "never"}')
-      lines.append(
-          'last round bytes (received + sent) per client: free rider'
-          f' {traffic[FREE_RIDER]:,}, min {row["last_round_bytes_min"]:,},'
-          f' max {row["last_round_bytes_max"]:,}')
-      lines.append(
-          f'seconds per round (median of rounds 2..{_ROUNDS.value}):'
-          f' aequa_rewards {rewards_seconds:.2f}, fedavg'
-          f' {fedavg_seconds:.2f}, ratio {rewards_seconds / fedavg_seconds:.2f}')
+      fedavg_seconds = _median_round_seconds(_run_dir(partition, 'fedavg_ft'))
+      row['fedavg_seconds_per_round'] = fedavg_seconds
+      for method in _TRAINING_TIME:
+        row.update(_training_time_rewards(partition, method, fedavg_seconds,
+                                          lines))
+      rows.append(row)
   print('\n'.join(lines), flush=True)
   with open(os.path.join(_OUTPUT_DIR.value, 'aequa_rewards_fmnist.csv'), 'w',
             newline='') as f:

@@ -44,10 +44,12 @@ class CosineToAggregateTest(absltest.TestCase):
     honest = {f'h{i}': direction + 0.5 * rng.normal(size=200)
               for i in range(4)}
     attacker = -np.mean(list(honest.values()), axis=0)
-    scores = contribution.cosine_to_aggregate(dict(honest, bad=attacker))
-    self.assertEqual(min(scores, key=scores.get), 'bad')
-    self.assertLess(scores['bad'], 0)
-    self.assertGreater(min(scores[i] for i in honest), 0.5)
+    for leave_one_out in (False, True):
+      scores = contribution.cosine_to_aggregate(
+          dict(honest, bad=attacker), leave_one_out=leave_one_out)
+      self.assertEqual(min(scores, key=scores.get), 'bad')
+      self.assertLess(scores['bad'], 0)
+      self.assertGreater(min(scores[i] for i in honest), 0.5)
 
   def test_zero_update_scores_zero_and_cancelling_updates_score_zero(self):
     scores = contribution.cosine_to_aggregate(
@@ -57,6 +59,53 @@ class CosineToAggregateTest(absltest.TestCase):
     self.assertEqual(
         contribution.cosine_to_aggregate({'a': np.ones(3), 'b': -np.ones(3)}),
         {'a': 0.0, 'b': 0.0})
+
+  def test_leave_one_out_by_hand(self):
+    # Unit updates (1,0), (0,1), (1,0), equal weights. 'a' against b + c =
+    # (1,1): cos 45 degrees; 'b' against a + c = (2,0): 0; 'c' as 'a'.
+    scores = contribution.cosine_to_aggregate(
+        {'a': np.array([2.0, 0.0]), 'b': np.array([0.0, 1.0]),
+         'c': np.array([5.0, 0.0])}, leave_one_out=True)
+    self.assertAlmostEqual(scores['a'], math.sqrt(0.5))
+    self.assertAlmostEqual(scores['b'], 0.0)
+    self.assertAlmostEqual(scores['c'], math.sqrt(0.5))
+
+  def test_leave_one_out_matches_scoring_against_the_others(self):
+    rng = np.random.default_rng(2)
+    updates = {i: rng.normal(size=30) for i in 'abcd'}
+    weights = {'a': 1.0, 'b': 2.0, 'c': 0.5, 'd': 3.0}
+    scores = contribution.cosine_to_aggregate(updates, weights=weights,
+                                              leave_one_out=True)
+    units = {i: u / np.linalg.norm(u) for i, u in updates.items()}
+    for i in updates:
+      others = sum(weights[j] * units[j] for j in updates if j != i)
+      self.assertAlmostEqual(
+          scores[i], units[i] @ others / np.linalg.norm(others))
+
+  def test_an_unrelated_update_scores_zero_only_left_out(self):
+    # Four honest updates near one axis, a free rider's along another: in
+    # the aggregate its own share gives it a positive score; against the
+    # others' aggregate it scores 0, as an unrelated direction should.
+    rng = np.random.default_rng(0)
+    honest = {f'h{i}': np.eye(400)[0] + 0.015 * rng.normal(size=400)
+              for i in range(4)}
+    updates = dict(honest, rider=np.eye(400)[1])
+    included = contribution.cosine_to_aggregate(updates)
+    left_out = contribution.cosine_to_aggregate(updates, leave_one_out=True)
+    self.assertGreater(included['rider'], 0.15)
+    self.assertLess(abs(left_out['rider']), 0.05)
+    self.assertEqual(min(left_out, key=left_out.get), 'rider')
+    for i in honest:
+      self.assertGreater(left_out[i], 0.8)
+
+  def test_leave_one_out_with_no_one_else_scores_zero(self):
+    self.assertEqual(
+        contribution.cosine_to_aggregate({'a': np.ones(3)},
+                                         leave_one_out=True), {'a': 0.0})
+    self.assertEqual(
+        contribution.cosine_to_aggregate(
+            {'a': np.ones(3), 'b': np.ones(3)}, weights={'a': 1, 'b': 0},
+            leave_one_out=True), {'a': 0.0, 'b': 1.0})
 
   def test_bad_inputs_are_refused(self):
     with self.assertRaisesRegex(ValueError, 'at least one'):

@@ -9,7 +9,9 @@ replaceable:
      of a client's update to the aggregate of the round's unit-normalized
      updates. Aequa measures it on the common minimum-width sub-network, so
      every client is compared on the same parameters: pass those parameters
-     flattened.
+     flattened. With `leave_one_out`, the aggregate of the other clients'
+     updates: a client's own share of the aggregate no longer vouches for
+     it (see the function).
    * `data_size`: the client's number of examples over the largest.
 2. The **tracker** smooths each client's assessments,
    `c_i <- gamma * c_i + (1 - gamma) * c~_i`; a client's first assessment
@@ -41,6 +43,7 @@ _NORM_EPSILON = 1e-7
 def cosine_to_aggregate(
     updates: Mapping[ClientId, np.ndarray],
     weights: Mapping[ClientId, float] | None = None,
+    leave_one_out: bool = False,
 ) -> dict[ClientId, float]:
   """CGSV's assessment: each update's cosine to the aggregate direction.
 
@@ -49,14 +52,23 @@ def cosine_to_aggregate(
   the `weights`-weighted mean of those unit updates (equal weights by
   default).
 
+  CGSV's aggregate includes the client scored. An update unrelated to all
+  others (random labels) then still scores about w_i / (sum(w) |aggregate|)
+  > 0, its own share; so does every client, by the same token. With
+  `leave_one_out` each client is scored against the others' aggregate
+  instead: an unrelated update scores about 0, but so does an honest
+  client whose data no one else resembles.
+
   Args:
     updates: Client id -> its model update, flattened to one vector (all of
       the same length; e.g. the minimum-width sub-network's parameters).
     weights: Client id -> aggregation weight (e.g. examples); non-negative,
       not all zero.
+    leave_one_out: Score each client against the aggregate of the others.
 
   Returns:
-    Client id -> cosine in [-1, 1]. A zero update scores 0.
+    Client id -> cosine in [-1, 1]. A zero update scores 0, and so does
+    every client when the aggregate it is scored against is 0.
   """
   if not updates:
     raise ValueError('cosine_to_aggregate needs at least one update.')
@@ -75,11 +87,25 @@ def cosine_to_aggregate(
       raise ValueError(f'Weights must be finite, >= 0 and not all 0: {w}.')
   units = np.stack([v / max(np.linalg.norm(v), _NORM_EPSILON)
                     for v in vectors])
-  aggregate = (w[:, None] * units).sum(axis=0) / w.sum()
-  aggregate_norm = np.linalg.norm(aggregate)
-  if aggregate_norm < _NORM_EPSILON:  # Updates cancel: no direction to follow.
-    return {i: 0.0 for i in ids}
-  scores = units @ aggregate / aggregate_norm
+  # Scored against the weighted sum T (or T - w_i u_i): a cosine does not
+  # depend on dividing by the weights.
+  total = (w[:, None] * units).sum(axis=0)
+  along_total = units @ total
+  if leave_one_out:
+    # u_i . (T - w_i u_i) and |T - w_i u_i|, without an N x d matrix.
+    unit_norms_squared = np.einsum('ij,ij->i', units, units)
+    dots = along_total - w * unit_norms_squared
+    norms = np.sqrt(np.maximum(
+        total @ total - 2 * w * along_total + w**2 * unit_norms_squared, 0.0))
+    reference_weights = w.sum() - w
+  else:
+    dots = along_total
+    norms = np.full(len(ids), np.linalg.norm(total))
+    reference_weights = np.full(len(ids), w.sum())
+  # Updates that cancel (a mean below the floor) leave no direction.
+  no_direction = norms <= _NORM_EPSILON * reference_weights
+  scores = dots / np.where(no_direction, 1.0, norms)
+  scores[no_direction] = 0.0
   return {i: float(np.clip(s, -1.0, 1.0)) for i, s in zip(ids, scores)}
 
 

@@ -97,6 +97,26 @@ class AequaRewardsTest(tff_test_utils.TffTestCase):
           [m.accuracy for m in resumed.evaluations[kind].values()],
           [m.accuracy for m in straight.evaluations[kind].values()])
 
+  def test_leave_one_out_scores_each_client_against_the_others(self):
+    # Round 1 trains every client at p_max from the same seeds, so both
+    # runs have the same updates and only the assessment differs. Taking a
+    # client's own share out of the direction it is scored against can
+    # only lower its cosine.
+    assessments = {}
+    for assessment in ('cgsv', 'cgsv_leave_one_out'):
+      out = self.create_tempdir().full_path
+      run = driver.run(_config(out, rounds=1,
+                               contribution_assessment=assessment))
+      assessments[assessment] = {row['client']: float(row['assessment'])
+                                 for row in _rows(out)}
+    (poisoned,) = run.malicious
+    included = assessments['cgsv']
+    left_out = assessments['cgsv_leave_one_out']
+    self.assertCountEqual(left_out, included)
+    for cid in included:
+      self.assertLess(left_out[cid], included[cid], cid)
+    self.assertEqual(min(left_out, key=left_out.get), poisoned)
+
 
 if __name__ == '__main__':
   tf.test.main()

@@ -4,12 +4,12 @@ Each round client i trains, receives and sends only the sub-network of its
 maximum width p_i (`tff_fair.algorithms.aequa_rewards`: masked
 aggregation). After the round its contribution is assessed
 (`contribution_assessment`: CGSV's cosine of its update to the aggregate on
-the common minimum-width sub-network, or its data size), folded into a
-smoothed contribution (`fairness.contribution.ContributionTracker`, weight
-`contribution_gamma` on the past), and the reward mechanism maps the
-contributions to the next round's widths (`proportional_widths`: the top
-contributor(s) get p_max, a contribution of 0 gets p_min). Every client
-starts at p_max. The tracker and the widths are kept per round with the
+the common minimum-width sub-network, or to the others' aggregate, or its
+data size), folded into a smoothed contribution
+(`fairness.contribution.ContributionTracker`, weight `contribution_gamma`
+on the past), and the reward mechanism maps the contributions to the next
+round's widths (`proportional_widths`: the top contributor(s) get p_max, a
+contribution of 0 gets p_min). Every client starts at p_max. The tracker and the widths are kept per round with the
 checkpoints (`contributions/`), so a resumed run continues exactly.
 
 Outputs of its own: `aequa_rewards_rounds.csv` (per round and client: the
@@ -33,7 +33,7 @@ from tff_fair.training import rewards as rewards_lib
 from tff_fair.training.recipes import aequa
 from tff_fair.training.recipes import recipe
 
-ASSESSMENTS = ('cgsv', 'data_size')
+ASSESSMENTS = ('cgsv', 'cgsv_leave_one_out', 'data_size')
 STATE_DIR = 'contributions'
 ROUND_LOG = 'aequa_rewards_rounds.csv'
 ROUND_LOG_FIELDS = ('round', 'client', 'malicious', 'width', 'assessment',
@@ -48,7 +48,11 @@ class Settings(aequa.WidthSettings):
   the client's p_i):
 
     contribution_assessment: 'cgsv' (cosine of the client's update to the
-      aggregate on the minimum-width sub-network) or 'data_size'.
+      aggregate on the minimum-width sub-network), 'cgsv_leave_one_out' (to
+      the aggregate of the other clients' updates: a free rider's own share
+      no longer lifts its score, but an honest client whose data no one
+      else resembles scores low too; `contribution.cosine_to_aggregate`)
+      or 'data_size'.
     contribution_gamma: Weight of the past in the smoothed contribution,
       in [0, 1) (0: the latest assessment only). One round's cosine is
       noisy: at 0.5 a client with 50% label noise swung between widths 0.1
@@ -61,7 +65,9 @@ class Settings(aequa.WidthSettings):
   contribution_assessment: str = config_lib.setting(
       'cgsv', 'how a round assesses each client: cgsv (the'
       ' cosine of its update to the aggregate on the minimum-width'
-      ' sub-network) or data_size.', choices=ASSESSMENTS)
+      ' sub-network), cgsv_leave_one_out (to the aggregate of the others:'
+      ' sharper on free riders, harsher on honest clients with unusual'
+      ' data) or data_size.', choices=ASSESSMENTS)
   contribution_gamma: float = config_lib.setting(
       0.9, 'weight of past rounds in each contribution, in'
       ' [0, 1) (0: the latest round only); one round\'s assessment is noisy,'
@@ -153,12 +159,14 @@ class AequaRewards(recipe.Recipe):
     settings = self.settings
     context = self.context
     ids = self._client_ids
-    if settings.contribution_assessment == 'cgsv':
+    if settings.contribution_assessment != 'data_size':
       assessment = contribution.cosine_to_aggregate(
           {cid: np.asarray(c['min_width_update'])
            for cid, c in zip(ids, self._clients)},
           weights={cid: float(c['weight'])
-                   for cid, c in zip(ids, self._clients)})
+                   for cid, c in zip(ids, self._clients)},
+          leave_one_out=(
+              settings.contribution_assessment == 'cgsv_leave_one_out'))
     else:
       data = context.experiment.data
       assessment = contribution.data_size(
