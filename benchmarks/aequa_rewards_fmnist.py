@@ -1,12 +1,12 @@
-r"""Training-time Aequa against its baselines, with a free rider and a noisy client.
+r"""Training-time Aequa against its baselines, a free rider and a noisy client.
 
 Fashion-MNIST, 10 clients (1,000 examples each: 700 train / 100 validation
 / 200 test), partitions quantity skew (kappa 0.5 to 2 clients) and
 Dirichlet(0.5), and as in `aequa_fmnist` two server held-out sets of
 10,000 examples no client holds (post-training Aequa's curve and
-contributions, IAFL's contributions). In each, `client_0001` is a free rider (every training
-label random) and `client_0002` has 50% label noise (`--label_noise_file`).
-The same rounds, data and seed for every method:
+contributions, IAFL's contributions). In each, `client_0001` is a free
+rider (every training label random) and `client_0002` has 50% label noise
+(`--label_noise_file`). The same rounds, data and seed for every method:
 
 * training-time Aequa (`aequa_rewards`: widths earned by CGSV contributions
   each round; final accuracy: the global model at the width it earned),

@@ -9,8 +9,9 @@ data size), folded into a smoothed contribution
 (`fairness.contribution.ContributionTracker`, weight `contribution_gamma`
 on the past), and the reward mechanism maps the contributions to the next
 round's widths (`proportional_widths`: the top contributor(s) get p_max, a
-contribution of 0 gets p_min). Every client starts at p_max. The tracker and the widths are kept per round with the
-checkpoints (`contributions/`), so a resumed run continues exactly.
+contribution of 0 gets p_min). Every client starts at p_max. The tracker
+and the widths are kept per round with the checkpoints (`contributions/`),
+so a resumed run continues exactly.
 
 Outputs of its own: `aequa_rewards_rounds.csv` (per round and client: the
 width it trained, its assessment and contribution, the width it earned for
