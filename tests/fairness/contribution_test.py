@@ -82,6 +82,17 @@ class CosineToAggregateTest(absltest.TestCase):
       self.assertAlmostEqual(
           scores[i], units[i] @ others / np.linalg.norm(others))
 
+  def test_leave_one_out_stays_exact_beside_a_dominant_weight(self):
+    # A client with 1e7 times the other's weight is scored against that
+    # other alone: the cosine of the two, whatever the weights' scale.
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=50), rng.normal(size=50)
+    scores = contribution.cosine_to_aggregate(
+        {'a': a, 'b': b}, weights={'a': 1e7, 'b': 1.0}, leave_one_out=True)
+    cosine = a @ b / (np.linalg.norm(a) * np.linalg.norm(b))
+    self.assertAlmostEqual(scores['a'], cosine, places=6)
+    self.assertAlmostEqual(scores['b'], cosine, places=6)
+
   def test_an_unrelated_update_scores_zero_only_left_out(self):
     # Four honest updates near one axis, a free rider's along another: in
     # the aggregate its own share gives it a positive score; against the

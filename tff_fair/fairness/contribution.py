@@ -87,25 +87,17 @@ def cosine_to_aggregate(
       raise ValueError(f'Weights must be finite, >= 0 and not all 0: {w}.')
   units = np.stack([v / max(np.linalg.norm(v), _NORM_EPSILON)
                     for v in vectors])
-  # Scored against the weighted sum T (or T - w_i u_i): a cosine does not
-  # depend on dividing by the weights.
-  total = (w[:, None] * units).sum(axis=0)
-  along_total = units @ total
-  if leave_one_out:
-    # u_i . (T - w_i u_i) and |T - w_i u_i|, without an N x d matrix.
-    unit_norms_squared = np.einsum('ij,ij->i', units, units)
-    dots = along_total - w * unit_norms_squared
-    norms = np.sqrt(np.maximum(
-        total @ total - 2 * w * along_total + w**2 * unit_norms_squared, 0.0))
-    reference_weights = w.sum() - w
-  else:
-    dots = along_total
-    norms = np.full(len(ids), np.linalg.norm(total))
-    reference_weights = np.full(len(ids), w.sum())
-  # Updates that cancel (a mean below the floor) leave no direction.
-  no_direction = norms <= _NORM_EPSILON * reference_weights
-  scores = dots / np.where(no_direction, 1.0, norms)
-  scores[no_direction] = 0.0
+  total = w @ units
+  scores = []
+  for k, unit in enumerate(units):
+    reference, reference_weight = ((total - w[k] * unit, w.sum() - w[k])
+                                   if leave_one_out else (total, w.sum()))
+    norm = np.linalg.norm(reference)
+    # Updates that cancel (a weighted mean below the floor): no direction.
+    if reference_weight <= 0 or norm < _NORM_EPSILON * reference_weight:
+      scores.append(0.0)
+    else:
+      scores.append(unit @ reference / norm)
   return {i: float(np.clip(s, -1.0, 1.0)) for i, s in zip(ids, scores)}
 
 

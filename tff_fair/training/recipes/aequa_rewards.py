@@ -160,7 +160,11 @@ class AequaRewards(recipe.Recipe):
     settings = self.settings
     context = self.context
     ids = self._client_ids
-    if settings.contribution_assessment != 'data_size':
+    if settings.contribution_assessment == 'data_size':
+      data = context.experiment.data
+      assessment = contribution.data_size(
+          {cid: data.num_examples(cid, 'train') for cid in ids})
+    else:  # cgsv or cgsv_leave_one_out
       assessment = contribution.cosine_to_aggregate(
           {cid: np.asarray(c['min_width_update'])
            for cid, c in zip(ids, self._clients)},
@@ -168,10 +172,6 @@ class AequaRewards(recipe.Recipe):
                    for cid, c in zip(ids, self._clients)},
           leave_one_out=(
               settings.contribution_assessment == 'cgsv_leave_one_out'))
-    else:
-      data = context.experiment.data
-      assessment = contribution.data_size(
-          {cid: data.num_examples(cid, 'train') for cid in ids})
     tracker = self._tracker()
     tracker.update(assessment)
     widths = contribution.proportional_widths(
