@@ -89,7 +89,8 @@ _METHODS = {
 
 
 # The training-time Aequa variants: widths, bytes and seconds are reported.
-_TRAINING_TIME = ('aequa_rewards', 'aequa_rewards_loo')
+_TRAINING_TIME = tuple(m for m, (algorithm, _, _) in _METHODS.items()
+                       if algorithm == 'aequa_rewards')
 
 
 def _run_dir(partition: str, method: str) -> str:
@@ -137,24 +138,41 @@ def _rounds_log(run_dir: str) -> list[dict[str, str]]:
 
 def _training_time_rewards(partition: str, method: str,
                            fedavg_seconds: float,
+                           standalone: dict[str, float],
+                           final: dict[str, float],
                            lines: list[str]) -> dict[str, float]:
-  """A training-time Aequa run's widths, bytes and seconds; adds lines."""
+  """A training-time Aequa run's widths, bytes and seconds; adds lines.
+
+  Also per client: its standalone and final accuracy, the width it ended
+  with and its assessment (cosine) averaged over the rounds; and the free
+  rider's assessment each round.
+  """
   run_dir = _run_dir(partition, method)
   log = _rounds_log(run_dir)
   rider = [float(r['next_width']) for r in log if r['client'] == FREE_RIDER]
+  assessments = {}
+  for r in log:
+    assessments.setdefault(r['client'], []).append(float(r['assessment']))
   at_floor = [w <= P_MIN + 1e-6 for w in rider]
   from_round = next(
       (i + 1 for i in range(len(at_floor)) if all(at_floor[i:])), 0)
   last = [r for r in log if int(r['round']) == _ROUNDS.value]
   traffic = {r['client']: int(r['bytes_received']) + int(r['bytes_sent'])
              for r in last}
+  end_width = {r['client']: float(r['next_width']) for r in last}
   honest_at_floor = sorted(
-      r['client'] for r in last
-      if r['client'] not in _LABEL_NOISE
-      and float(r['next_width']) <= P_MIN + 1e-6)
+      cid for cid, w in end_width.items()
+      if cid not in _LABEL_NOISE and w <= P_MIN + 1e-6)
   seconds = _median_round_seconds(run_dir)
   lines.append(f'{method}: free rider width after each round: ' + ' '.join(
       f'{w:.2f}' for w in rider))
+  lines.append(f'{method}: free rider assessment each round: ' + ' '.join(
+      f'{a:.2f}' for a in assessments[FREE_RIDER]))
+  lines.append(f'{method}: client (standalone acc, final acc, final width,'
+               ' mean assessment):')
+  lines.extend(
+      f'  {cid} {standalone[cid]:.3f} {final[cid]:.3f} {end_width[cid]:.2f}'
+      f' {np.mean(assessments[cid]):+.3f}' for cid in sorted(end_width))
   lines.append(f'{method}: free rider at p_min from round:'
                f' {from_round or "never"}; honest clients at p_min at the'
                f' end: {len(honest_at_floor)} {honest_at_floor}')
@@ -213,8 +231,9 @@ def main(argv):
       fedavg_seconds = _median_round_seconds(_run_dir(partition, 'fedavg_ft'))
       row['fedavg_seconds_per_round'] = fedavg_seconds
       for method in _TRAINING_TIME:
-        row.update(_training_time_rewards(partition, method, fedavg_seconds,
-                                          lines))
+        row.update(_training_time_rewards(
+            partition, method, fedavg_seconds, standalone,
+            finals[method][_METHODS[method][2]], lines))
       rows.append(row)
   print('\n'.join(lines), flush=True)
   with open(os.path.join(_OUTPUT_DIR.value, 'aequa_rewards_fmnist.csv'), 'w',
