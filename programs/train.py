@@ -117,6 +117,12 @@ flags.DEFINE_string(
     + ').')
 flags.DEFINE_integer('eval_every', _DEFAULTS.eval_every,
                      'Evaluate every client every N rounds (0: at the end).')
+flags.DEFINE_bool(
+    'common_test_evaluation', _DEFAULTS.common_test_evaluation,
+    'After the last round, also measure each client\'s final model(s) on the'
+    ' common test set (the server\'s held-out test set, else all clients\''
+    ' test splits pooled), as CGSV, IAFL and Aequa judge rewards: model kinds'
+    ' <kind>:common_test in clients_final.csv.')
 flags.DEFINE_integer('seed', _DEFAULTS.seed, 'Random seed.')
 flags.DEFINE_string('output_dir', None, 'Checkpoints and results.')
 flags.DEFINE_enum('aggregator', _DEFAULTS.aggregator, config_lib.AGGREGATORS,

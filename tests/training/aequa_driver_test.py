@@ -129,14 +129,26 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
         algorithm='aequa', dataset='digits', partition='label_skew',
         classes_per_client=2, num_clients=4, clients_per_round=4, rounds=6,
         batch_size=16, client_learning_rate=0.1, p_min=0.25,
-        width_step=0.25, seed=5, eval_every=0, output_dir=out)
+        width_step=0.25, seed=5, eval_every=0, output_dir=out,
+        common_test_evaluation=True)
     trainer = driver.Trainer(driver.build_experiment(config))
     result = trainer.run()
-    self.assertEqual(set(result.evaluations),
-                     {'global', 'standalone', 'aequa'})
+    self.assertEqual(set(result.evaluations), {
+        'global', 'standalone', 'aequa', 'global:common_test',
+        'standalone:common_test', 'aequa:common_test'})
     with open(os.path.join(out, 'aequa_allocation.csv')) as f:
-      contributions = {r['client']: float(r['contribution'])
-                       for r in csv.DictReader(f)}
+      allocation = list(csv.DictReader(f))
+    contributions = {r['client']: float(r['contribution']) for r in allocation}
+    # The common test set is the rewards' test set (the pooled test
+    # splits): each client's rewarded model, at its width, scores there
+    # what the allocation table says; on its own split what it says too.
+    for r in allocation:
+      self.assertAlmostEqual(
+          result.evaluations['aequa:common_test'][r['client']].accuracy,
+          float(r['accuracy']), places=6)
+      self.assertAlmostEqual(
+          result.evaluations['aequa'][r['client']].accuracy,
+          float(r['own_test_accuracy']), places=6)
     data = trainer.experiment.data
     self.assertEqual(set(contributions), set(data.client_ids))
     pooled = [data.arrays(cid, 'validation') for cid in data.client_ids]

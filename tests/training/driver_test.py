@@ -148,6 +148,46 @@ class BaselinesTest(tff_test_utils.TffTestCase):
     self.assertLen(rows, 8)
     self.assertEqual({r['model'] for r in rows}, {'global', 'fine_tuned'})
 
+  def test_common_test_evaluation_measures_each_model_on_the_pooled_splits(
+      self):
+    # Without server held-out sets the common test set is every client's
+    # test split pooled. A run finished without the setting is re-evaluated
+    # with it (it may change on resumption): the same models, new kinds.
+    out = self.create_tempdir().full_path
+    settings = dict(algorithm='fedavg_ft', partition='label_skew',
+                    classes_per_client=2, rounds=3, clients_per_round=4,
+                    finetune_epochs=3, eval_every=0)
+    before = driver.run(_config(out, **settings))
+    self.assertEqual(set(before.evaluations), {'global', 'fine_tuned'})
+    after = driver.run(_config(out, common_test_evaluation=True, **settings))
+    self.assertEqual(after.resumed_from_round, 3)
+    self.assertEqual(set(after.evaluations), {
+        'global', 'fine_tuned', 'global:common_test',
+        'fine_tuned:common_test'})
+    for kind in ('global', 'fine_tuned'):
+      self.assertEqual(after.evaluations[kind], before.evaluations[kind])
+    own = after.evaluations['global']
+    pooled_size = sum(m.num_examples for m in own.values())
+    common = after.evaluations['global:common_test']
+    self.assertEqual(list(common), list(own))
+    self.assertLen(set(common.values()), 1)  # One model, one data set.
+    (metrics,) = set(common.values())
+    self.assertEqual(metrics.num_examples, pooled_size)
+    # The pool is the concatenation of the clients' test splits.
+    self.assertAlmostEqual(
+        metrics.accuracy,
+        sum(m.accuracy * m.num_examples for m in own.values()) / pooled_size,
+        places=6)
+    # A two-class fine-tuned model is judged on all classes: far worse on
+    # the pool than on its own split; and the clients' scores differ.
+    self.assertLess(np.mean(_accuracies(after, 'fine_tuned:common_test')),
+                    np.mean(_accuracies(after, 'fine_tuned')) - 0.3)
+    self.assertGreater(len(set(_accuracies(after, 'fine_tuned:common_test'))),
+                       1)
+    with open(os.path.join(out, 'clients_final.csv')) as f:
+      rows = list(csv.DictReader(f))
+    self.assertLen(rows, 16)
+
   def test_standalone_trains_each_client_alone(self):
     out = self.create_tempdir().full_path
     config = _config(out, algorithm='standalone', partition='label_skew',

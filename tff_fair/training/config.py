@@ -79,6 +79,7 @@ def dataset_defaults_help(field: str) -> str:
 RESUMABLE_FIELDS = frozenset({
     'rounds', 'output_dir', 'data_dir', 'eval_every',
     'max_concurrent_computation_calls', 'server_held_out_examples',
+    'common_test_evaluation',
 })
 
 # Every shared setting read only when another setting has one of some
@@ -171,6 +172,12 @@ class RunConfig:
       either way, so this may change when a run is resumed.
     eval_every: Evaluate every client's test split every this many rounds
       (0: only after the last round).
+    common_test_evaluation: After the last round, also measure every
+      client's final model(s) on the common test set (the server's held-out
+      test set, else all clients' test splits pooled), as the fairness
+      literature (CGSV, IAFL, Aequa) compares a client's reward with its
+      standalone accuracy; reported as model kinds `<kind>:common_test`.
+      One pass over that set per client and kind, so off by default.
     data_dir: Data directory (see `tff_fair.data.sources`); '' uses
       $TFF_FAIR_DATA_DIR.
     max_concurrent_computation_calls: Worker concurrency (-1: unlimited).
@@ -217,6 +224,7 @@ class RunConfig:
   test_fraction: float = 0.2
   server_held_out_examples: int = 0
   eval_every: int = 1
+  common_test_evaluation: bool = False
   data_dir: str = ''
   max_concurrent_computation_calls: int = -1
   aggregator: str = 'mean'

@@ -18,8 +18,8 @@ After federated slimmable training the server
    splits pooled): the accuracy the fairness report compares with the
    contributions. It is disjoint from the first unless the clients have no
    validation splits; measuring where the width was chosen would reward
-   the curve's noise. Each model is also measured on its client's own test
-   split (reported too).
+   the curve's noise. The recipe also measures each model on its client's
+   own test split (`write_tables` reports it beside).
 """
 
 import csv
@@ -51,8 +51,6 @@ class Rewards:
     client_ids: Clients, in the allocation's order.
     test_curve: Accuracy of the global model at each width on the reward
       test set.
-    metrics: Client id -> metrics of the model at its width on its own test
-      split.
     report: Fairness of the rewarded models' reward-test accuracies against
       the contributions.
   """
@@ -63,7 +61,6 @@ class Rewards:
   allocation: allocation_lib.Allocation
   client_ids: tuple[str, ...]
   test_curve: np.ndarray
-  metrics: Mapping[str, per_client.ClientMetrics]
   report: fairness_metrics.FairnessReport
 
 
@@ -89,7 +86,6 @@ def assign_rewards(
     widths: Sequence[float],
     held_out: tuple[np.ndarray, np.ndarray],
     contributions: Mapping[str, float],
-    test_arrays,
     reward_test: tuple[np.ndarray, np.ndarray],
     *,
     solver: str = 'exact',
@@ -104,7 +100,6 @@ def assign_rewards(
     widths: Curve widths, increasing, in (0, 1].
     held_out: Pooled held-out `(x, y)` for the curve.
     contributions: Client id -> c_i for every client to reward.
-    test_arrays: `client_id -> (x, y)` of the client's own test split.
     reward_test: Common `(x, y)` the rewarded models are measured on
       (step 4).
     solver: 'exact' or 'annealing'.
@@ -132,19 +127,12 @@ def assign_rewards(
     # shows the negative gains.
     logging.warning('%s Every client receives the most accurate width.', e)
     allocation = _best_width_for_all(c, np.asarray(widths), curve)
-  metrics = {}
-  for width in sorted(set(allocation.width.tolist())):
-    group = [cid for cid, w in zip(client_ids, allocation.width)
-             if w == width]
-    metrics.update(width_evaluator(build_keras, width).evaluate_clients(
-        weights, group, test_arrays))
-  metrics = {cid: metrics[cid] for cid in client_ids}
   test_curve = width_accuracy_curve(build_keras, weights, widths,
                                     *reward_test)
   report = fairness_metrics.fairness_report(
       c, test_curve[np.asarray(allocation.level)])
   return Rewards(tuple(widths), curve, dict(contributions), allocation,
-                 client_ids, test_curve, metrics, report)
+                 client_ids, test_curve, report)
 
 
 def _best_width_for_all(
@@ -195,8 +183,23 @@ def write_tensorboard(rewards: Rewards, logdir: str) -> None:
   writer.close()
 
 
-def write_tables(rewards: Rewards, output_dir: str) -> None:
-  """width_accuracy.csv, aequa_allocation.csv and aequa_fairness.json."""
+def widths(rewards: Rewards) -> dict[str, float]:
+  """Client id -> the width it was allocated."""
+  return {cid: float(w)
+          for cid, w in zip(rewards.client_ids, rewards.allocation.width)}
+
+
+def write_tables(
+    rewards: Rewards, own_test: Mapping[str, per_client.ClientMetrics],
+    output_dir: str) -> None:
+  """width_accuracy.csv, aequa_allocation.csv and aequa_fairness.json.
+
+  Args:
+    rewards: The result of `assign_rewards`.
+    own_test: Client id -> metrics of its rewarded model on its own test
+      split (the column `own_test_accuracy`).
+    output_dir: Where the files go.
+  """
   def write_curve(f):
     writer = csv.writer(f)
     writer.writerow(['width', 'held_out_accuracy', 'test_accuracy'])
@@ -213,7 +216,7 @@ def write_tables(rewards: Rewards, output_dir: str) -> None:
         width=float(rewards.allocation.width[i]),
         held_out_accuracy=float(rewards.allocation.accuracy[i]),
         accuracy=accuracy, gain=accuracy - rewards.contributions[cid],
-        own_test_accuracy=rewards.metrics[cid].accuracy))
+        own_test_accuracy=own_test[cid].accuracy))
   def write_rows(f):
     writer = csv.DictWriter(f, fieldnames=list(rows[0]))
     writer.writeheader()

@@ -7,7 +7,7 @@ step with the checkpoints) comes from its `RunContext`, so a recipe holds
 only what is its own.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 import os
 from typing import Any, Optional, Union
 
@@ -23,9 +23,12 @@ from tff_fair.runtime import remote
 from tff_fair.state import round_state
 from tff_fair.training import client_models
 from tff_fair.training import experiment as experiment_lib
+from tff_fair.training import rewards
 from tff_fair.training import sampling
 
 ClientMetrics = per_client.ClientMetrics
+# Suffix of a final model kind measured on the common test set.
+COMMON_TEST = ':common_test'
 
 
 class RunContext:
@@ -93,17 +96,72 @@ class RunContext:
   def evaluate(
       self, weights: per_client.WeightsSource, split: str = 'test',
       plain: bool = False, client_ids: Optional[Sequence[str]] = None,
+      *, widths: Optional[Mapping[str, float]] = None, common: bool = False,
   ) -> dict[str, ClientMetrics]:
-    """Per-client metrics of global or per-client `weights` on `split`.
+    """Per-client metrics of global or per-client `weights`.
 
-    `plain=True` evaluates weights of the architecture without a width
-    input (`train_locally`'s models). `client_ids` defaults to every client.
+    Args:
+      weights: One model for every client, or one per client.
+      split: The clients' own split measured (each client on its own).
+      plain: The weights are of the architecture without a width input
+        (`train_locally`'s models).
+      client_ids: The clients (default: every client).
+      widths: Client id -> the width its slimmable model runs at (for a
+        slimmable architecture; default: its full width).
+      common: Measure every client's model on the common test set
+        (`common_held_out`'s) instead of its own `split`.
+
+    Returns:
+      Client id -> metrics, in the order of `client_ids`.
     """
     data = self.experiment.data
-    evaluator = self.plain_evaluator if plain else self.evaluator
-    return evaluator.evaluate_clients(
-        weights, data.client_ids if client_ids is None else client_ids,
-        lambda cid: data.arrays(cid, split))
+    ids = list(data.client_ids if client_ids is None else client_ids)
+    if common:
+      common_test = self.common_held_out()[1]
+      arrays = lambda _: common_test
+    else:
+      arrays = lambda cid: data.arrays(cid, split)
+    groups = {}  # Evaluator -> its clients.
+    for cid in ids:
+      width = None if widths is None else widths[cid]
+      groups.setdefault(width, []).append(cid)
+    results = {}
+    for width, group in groups.items():
+      if plain:
+        evaluator = self.plain_evaluator
+      elif width is None:
+        evaluator = self.evaluator
+      else:
+        evaluator = rewards.width_evaluator(
+            self.experiment.model_spec.build_keras, width)
+      if common and isinstance(weights, tff.learning.models.ModelWeights):
+        # One model on one data set: the same metrics for the whole group.
+        measured = evaluator.evaluate_clients(weights, group[:1], arrays)
+        results.update(dict.fromkeys(group, measured[group[0]]))
+      else:
+        results.update(evaluator.evaluate_clients(weights, group, arrays))
+    return {cid: results[cid] for cid in ids}
+
+  def final_metrics(
+      self, kind: str, weights: per_client.WeightsSource, *,
+      plain: bool = False, client_ids: Optional[Sequence[str]] = None,
+      widths: Optional[Mapping[str, float]] = None,
+  ) -> dict[str, dict[str, ClientMetrics]]:
+    """A final model kind's metrics, for `Recipe.final_evaluations`.
+
+    Returns:
+      `{kind: metrics on each client's own test split}`; with the run's
+      `common_test_evaluation` also `{kind + COMMON_TEST: metrics of each
+      client's model on the common test set}` (the protocol of the
+      fairness literature, where a client's reward is judged on the
+      federation's distribution, not on its own).
+    """
+    options = dict(plain=plain, client_ids=client_ids, widths=widths)
+    metrics = {kind: self.evaluate(weights, **options)}
+    if self.config.common_test_evaluation:
+      metrics[kind + COMMON_TEST] = self.evaluate(weights, common=True,
+                                                  **options)
+    return metrics
 
   def train_locally(self, initial_weights: tff.learning.models.ModelWeights,
                     epochs: int, tag: int

@@ -85,7 +85,7 @@ class AequaRewardsTest(tff_test_utils.TffTestCase):
     # Killed after round 2 (its checkpoint saved), resumed: the same.
     split_dir = self.create_tempdir().full_path
     driver.run(_config(split_dir, rounds=2))
-    resumed = driver.run(_config(split_dir))
+    resumed = driver.run(_config(split_dir, common_test_evaluation=True))
     self.assertEqual(resumed.resumed_from_round, 2)
     self.assertEqual(_rows(split_dir), rows)
     for name in ('contributions/manifests/v3.json',):
@@ -96,6 +96,15 @@ class AequaRewardsTest(tff_test_utils.TffTestCase):
       np.testing.assert_allclose(
           [m.accuracy for m in resumed.evaluations[kind].values()],
           [m.accuracy for m in straight.evaluations[kind].values()])
+    # On the common test set each client is measured at the width it
+    # earned: a client at p_max scores what the global model scores, the
+    # narrowest one something else.
+    common = resumed.evaluations['aequa_rewards:common_test']
+    global_common = resumed.evaluations['global:common_test']
+    widths = {cid: float(row['next_width']) for cid, row in last.items()}
+    for cid, width in widths.items():
+      same = common[cid] == global_common[cid]
+      self.assertEqual(same, width == 1.0, (cid, width))
 
   def test_leave_one_out_scores_each_client_against_the_others(self):
     # Round 1 trains every client at p_max from the same seeds, so both

@@ -161,15 +161,16 @@ class Aequa(recipe.Recipe):
           settings.contributions_file, data.client_ids, 'contribution')
     else:
       models, contributions = context.standalone_contributions(held_out)
-      evaluations['standalone'] = context.evaluate(models, plain=True)
+      evaluations.update(context.final_metrics('standalone', models,
+                                               plain=True))
     rewards = rewards_lib.assign_rewards(
         context.experiment.model_spec.build_keras, global_weights,
-        settings.width_grid(), held_out, contributions,
-        lambda cid: data.arrays(cid, 'test'), reward_test,
+        settings.width_grid(), held_out, contributions, reward_test,
         solver=settings.allocation_solver,
         annealing_iterations=settings.annealing_iterations, seed=config.seed)
-    rewards_lib.write_tables(rewards, config.output_dir)
+    evaluations.update(context.final_metrics(
+        'aequa', global_weights, widths=rewards_lib.widths(rewards)))
+    rewards_lib.write_tables(rewards, evaluations['aequa'], config.output_dir)
     rewards_lib.write_tensorboard(
         rewards, os.path.join(config.output_dir, 'tensorboard', 'aequa'))
-    evaluations['aequa'] = dict(rewards.metrics)
     return evaluations

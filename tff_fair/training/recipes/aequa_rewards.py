@@ -30,7 +30,6 @@ from tff_fair.algorithms import aequa_rewards as aequa_rewards_lib
 from tff_fair.evaluation import statistics
 from tff_fair.fairness import contribution
 from tff_fair.training import config as config_lib
-from tff_fair.training import rewards as rewards_lib
 from tff_fair.training.recipes import aequa
 from tff_fair.training.recipes import recipe
 
@@ -199,15 +198,6 @@ class AequaRewards(recipe.Recipe):
   def final_evaluations(self, global_weights):
     """'global' (full width) and 'aequa_rewards': each client at its width."""
     evaluations = super().final_evaluations(global_weights)
-    data = self.context.experiment.data
-    build_keras = self.context.experiment.model_spec.build_keras
-    widths = self.widths()
-    rewarded = {}
-    for width in sorted(set(widths.values())):
-      group = [cid for cid, w in widths.items() if w == width]
-      rewarded.update(rewards_lib.width_evaluator(
-          build_keras, width).evaluate_clients(
-              global_weights, group, lambda cid: data.arrays(cid, 'test')))
-    evaluations['aequa_rewards'] = {cid: rewarded[cid]
-                                    for cid in self.context.client_ids}
+    evaluations.update(self.context.final_metrics(
+        'aequa_rewards', global_weights, widths=self.widths()))
     return evaluations

@@ -43,5 +43,6 @@ class FedAvgFineTuning(fedavg.FedAvg):
     fine_tuned = self.context.train_locally(
         global_weights, self.settings.finetune_epochs,
         tag=self.config.rounds + 1)
-    evaluations['fine_tuned'] = self.context.evaluate(fine_tuned, plain=True)
+    evaluations.update(self.context.final_metrics('fine_tuned', fine_tuned,
+                                                  plain=True))
     return evaluations

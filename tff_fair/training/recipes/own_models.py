@@ -70,8 +70,9 @@ class OwnModels(recipe.Recipe):
     ids = self.context.client_ids
     trained = set(self.own_models.trained_client_ids())
     lookup = self.own_models.lookup(global_weights)
-    evaluations['personalized'] = self.context.evaluate(
-        lookup, client_ids=[cid for cid in ids if cid in trained])
+    evaluations.update(self.context.final_metrics(
+        'personalized', lookup,
+        client_ids=[cid for cid in ids if cid in trained]))
     untrained = [cid for cid in ids if cid not in trained]
     if untrained:
       logging.info(
@@ -79,7 +80,8 @@ class OwnModels(recipe.Recipe):
           ' own; they are left out of "personalized" and counted in'
           ' "personalized_or_global" with the global model.',
           len(untrained), len(ids))
-      evaluations['personalized_or_global'] = self.context.evaluate(lookup)
+      evaluations.update(self.context.final_metrics('personalized_or_global',
+                                                    lookup))
     return evaluations
 
 

@@ -208,6 +208,8 @@ class Recipe:
     """Model kind -> per-client test metrics, after the last round.
 
     Written to clients_final.csv and summary.json; a recipe writes any
-    tables of its own here too.
+    tables of its own here too. Measure each kind with
+    `RunContext.final_metrics`, which adds its common-test metrics when the
+    run asks for them.
     """
-    return {'global': self.context.evaluate(global_weights)}
+    return self.context.final_metrics('global', global_weights)

@@ -17,5 +17,5 @@ class Standalone(fedavg.FedAvg):
 
   def final_evaluations(self, global_weights):
     # With no round run, the "global" weights are the initial model.
-    return {'standalone': self.context.evaluate(self.context.train_locally(
-        global_weights, self.context.standalone_epochs(), tag=0), plain=True)}
+    return self.context.final_metrics('standalone', self.context.train_locally(
+        global_weights, self.context.standalone_epochs(), tag=0), plain=True)
