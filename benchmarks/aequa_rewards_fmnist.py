@@ -18,8 +18,12 @@ rider (every training label random) and `client_0002` has 50% label noise
 
 Per partition: the Pearson correlation between each client's final
 accuracy and its standalone accuracy (its model trained alone, from the
-post-training Aequa run; both on the client's own test split), the mean
-final accuracy, the free rider's and the noisy client's final accuracy;
+post-training Aequa run), the mean final accuracy, the free rider's and the
+noisy client's final accuracy. Each on two test sets: the common test set
+(the server's held-out test set; `--common_test_evaluation`), as IAFL's
+code, which the Aequa paper follows for this metric, measures both
+accuracies; and each client's own test split, where a client with few
+classes scores high alone and a fine-tuned model follows it. Then,
 for training-time Aequa the free rider's width per round, the honest
 clients (neither the free rider nor the noisy one) that end at p_min, the
 bytes each client received and sent in the last round, and the median
@@ -31,7 +35,8 @@ the highest correlation of the five in both partitions; the free rider is
 at p_min by round 10 and stays there; a training-time Aequa round costs at
 most 1.6x a FedAvg round.
 
-Finished runs are read back, not re-run; an interrupted run resumes.
+Finished runs are read back, not re-run; an interrupted run resumes, and
+a finished one without the common-test kinds is re-evaluated only.
 
   .venv/bin/python -m benchmarks.aequa_rewards_fmnist \
       --output_dir=runs/bench_aequa_rewards
@@ -52,6 +57,7 @@ import numpy as np
 from tff_fair.fairness import metrics as fairness_metrics
 from tff_fair.runtime import local as local_runtime
 from tff_fair.training import driver
+from tff_fair.training import run_context
 from tff_fair.training import log_filter
 from tff_fair.training.recipes import registry
 
@@ -68,6 +74,7 @@ FREE_RIDER = 'client_0001'
 NOISY_CLIENT = 'client_0002'
 _LABEL_NOISE = {FREE_RIDER: 1.0, NOISY_CLIENT: 0.5}
 P_MIN = 0.1
+COMMON_TEST = run_context.COMMON_TEST
 
 _PARTITIONS = {
     'quantity_skew': dict(partition='quantity_skew', kappa=0.5,
@@ -88,6 +95,12 @@ _METHODS = {
 }
 
 
+# Test sets each final model is measured on -> suffix of its model kind.
+_TEST_SETS = {'common': COMMON_TEST, 'own': ''}
+_TEST_SET_NAMES = {
+    'common': "the server's 10,000 held-out test examples, the paper's",
+    'own': "each client's own 200 test examples"}
+
 # The training-time Aequa variants: widths, bytes and seconds are reported.
 _TRAINING_TIME = tuple(m for m, (algorithm, _, _) in _METHODS.items()
                        if algorithm == 'aequa_rewards')
@@ -102,7 +115,8 @@ def _final_accuracies(partition: str, method: str, partition_settings,
   """Kind -> client -> accuracy of a run; runs it unless it is finished."""
   run_dir = _run_dir(partition, method)
   table = os.path.join(run_dir, 'clients_final.csv')
-  if not os.path.exists(table):
+  if not os.path.exists(table) or not any(
+      kind.endswith(COMMON_TEST) for kind in _read(table)):
     algorithm, settings, _ = _METHODS[method]
     if algorithm == 'aequa_rewards':
       settings = dict(settings, contribution_gamma=_GAMMA.value)
@@ -110,11 +124,16 @@ def _final_accuracies(partition: str, method: str, partition_settings,
         algorithm=algorithm, dataset='fashion_mnist', num_clients=10,
         clients_per_round=10, examples_per_client=1000,
         validation_fraction=0.1, test_fraction=0.2, rounds=_ROUNDS.value,
-        local_epochs=1, batch_size=32, client_learning_rate=0.05,
+        common_test_evaluation=True, local_epochs=1, batch_size=32, client_learning_rate=0.05,
         eval_every=0, seed=_SEED.value, data_dir=_DATA_DIR.value,
         server_held_out_examples=10_000,
         label_noise_file=noise_file, output_dir=run_dir,
         **partition_settings, **settings))
+  return _read(table)
+
+
+def _read(table: str) -> dict[str, dict[str, float]]:
+  """clients_final.csv as kind -> client -> accuracy."""
   accuracies = {}
   with open(table) as f:
     for row in csv.DictReader(f):
@@ -138,14 +157,14 @@ def _rounds_log(run_dir: str) -> list[dict[str, str]]:
 
 def _training_time_rewards(partition: str, method: str,
                            fedavg_seconds: float,
-                           standalone: dict[str, float],
-                           final: dict[str, float],
+                           accuracies: dict[str, dict[str, float]],
                            lines: list[str]) -> dict[str, float]:
   """A training-time Aequa run's widths, bytes and seconds; adds lines.
 
-  Also per client: its standalone and final accuracy, the width it ended
-  with and its assessment (cosine) averaged over the rounds; and the free
-  rider's assessment each round.
+  Also per client: its standalone and final accuracy (`accuracies`: name ->
+  client -> accuracy, on each test set), the width it ended with and its
+  assessment (cosine) averaged over the rounds; and the free rider's
+  assessment each round.
   """
   run_dir = _run_dir(partition, method)
   log = _rounds_log(run_dir)
@@ -168,11 +187,12 @@ def _training_time_rewards(partition: str, method: str,
       f'{w:.2f}' for w in rider))
   lines.append(f'{method}: free rider assessment each round: ' + ' '.join(
       f'{a:.2f}' for a in assessments[FREE_RIDER]))
-  lines.append(f'{method}: client (standalone acc, final acc, final width,'
+  lines.append(f'{method}: client ({", ".join(accuracies)}, final width,'
                ' mean assessment):')
   lines.extend(
-      f'  {cid} {standalone[cid]:.3f} {final[cid]:.3f} {end_width[cid]:.2f}'
-      f' {np.mean(assessments[cid]):+.3f}' for cid in sorted(end_width))
+      f'  {cid} ' + ' '.join(f'{a[cid]:.3f}' for a in accuracies.values())
+      + f' {end_width[cid]:.2f} {np.mean(assessments[cid]):+.3f}'
+      for cid in sorted(end_width))
   lines.append(f'{method}: free rider at p_min from round:'
                f' {from_round or "never"}; honest clients at p_min at the'
                f' end: {len(honest_at_floor)} {honest_at_floor}')
@@ -207,33 +227,47 @@ def main(argv):
     for partition, settings in _PARTITIONS.items():
       finals = {m: _final_accuracies(partition, m, settings, noise_file)
                 for m in _METHODS}
-      standalone = finals['aequa']['standalone']
-      clients = sorted(standalone)
+      clients = sorted(finals['aequa']['standalone'])
       row = {'partition': partition}
-      for method, (_, _, kind) in _METHODS.items():
-        final = finals[method][kind]
-        row[f'{method}_pearson'] = fairness_metrics.pearson_correlation(
-            np.array([final[c] for c in clients]),
-            np.array([standalone[c] for c in clients]))
-        row[f'{method}_mean_accuracy'] = float(np.mean(
-            [final[c] for c in clients]))
-        row[f'{method}_free_rider_accuracy'] = final[FREE_RIDER]
-        row[f'{method}_noisy_accuracy'] = final[NOISY_CLIENT]
+      # Test set -> method -> client -> accuracy; 'standalone' too.
+      by_test_set = {
+          test_set: {
+              'standalone': finals['aequa']['standalone' + suffix],
+              **{m: finals[m][kind + suffix]
+                 for m, (_, _, kind) in _METHODS.items()}}
+          for test_set, suffix in _TEST_SETS.items()}
+      for test_set, accuracies in by_test_set.items():
+        for method in _METHODS:
+          final = accuracies[method]
+          row[f'{method}_pearson_{test_set}'] = (
+              fairness_metrics.pearson_correlation(
+                  np.array([final[c] for c in clients]),
+                  np.array([accuracies['standalone'][c] for c in clients])))
+          row[f'{method}_mean_accuracy_{test_set}'] = float(np.mean(
+              [final[c] for c in clients]))
+          row[f'{method}_free_rider_accuracy_{test_set}'] = final[FREE_RIDER]
+          row[f'{method}_noisy_accuracy_{test_set}'] = final[NOISY_CLIENT]
       lines.append(f'\n== {partition}: free rider {FREE_RIDER} (random'
                    f' labels), {NOISY_CLIENT} 50% label noise ==')
-      lines.append('{:<18}{:>9}{:>11}{:>12}{:>9}'.format(
-          'method', 'pearson', 'mean acc', 'free rider', 'noisy'))
-      for method in _METHODS:
-        lines.append('{:<18}{:>9.4f}{:>11.4f}{:>12.4f}{:>9.4f}'.format(
-            method, row[f'{method}_pearson'], row[f'{method}_mean_accuracy'],
-            row[f'{method}_free_rider_accuracy'],
-            row[f'{method}_noisy_accuracy']))
+      for test_set in _TEST_SETS:
+        lines.append(f'-- accuracies on the {test_set} test set'
+                     f' ({_TEST_SET_NAMES[test_set]}) --')
+        lines.append('{:<18}{:>9}{:>11}{:>12}{:>9}'.format(
+            'method', 'pearson', 'mean acc', 'free rider', 'noisy'))
+        for method in _METHODS:
+          lines.append('{:<18}{:>9.4f}{:>11.4f}{:>12.4f}{:>9.4f}'.format(
+              method, *(row[f'{method}_{name}_{test_set}'] for name in (
+                  'pearson', 'mean_accuracy', 'free_rider_accuracy',
+                  'noisy_accuracy'))))
       fedavg_seconds = _median_round_seconds(_run_dir(partition, 'fedavg_ft'))
       row['fedavg_seconds_per_round'] = fedavg_seconds
       for method in _TRAINING_TIME:
         row.update(_training_time_rewards(
-            partition, method, fedavg_seconds, standalone,
-            finals[method][_METHODS[method][2]], lines))
+            partition, method, fedavg_seconds, {
+                f'{name} acc ({test_set})': by_test_set[test_set][source]
+                for test_set in _TEST_SETS
+                for name, source in (('standalone', 'standalone'),
+                                     ('final', method))}, lines))
       rows.append(row)
   print('\n'.join(lines), flush=True)
   with open(os.path.join(_OUTPUT_DIR.value, 'aequa_rewards_fmnist.csv'), 'w',
