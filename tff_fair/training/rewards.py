@@ -39,6 +39,9 @@ from tff_fair.fairness import allocation as allocation_lib
 from tff_fair.fairness import metrics as fairness_metrics
 from tff_fair.models import slimmable
 
+# The width-accuracy curve's table.
+CURVE_FILE = 'width_accuracy.csv'
+
 
 @dataclasses.dataclass(frozen=True)
 class Rewards:
@@ -183,10 +186,57 @@ def write_tensorboard(rewards: Rewards, logdir: str) -> None:
   writer.close()
 
 
-def widths(rewards: Rewards) -> dict[str, float]:
+def allocated_widths(rewards: Rewards) -> dict[str, float]:
   """Client id -> the width it was allocated."""
   return {cid: float(w)
           for cid, w in zip(rewards.client_ids, rewards.allocation.width)}
+
+
+def widest_shortfall(
+    widths: Sequence[float], accuracies: Sequence[float], num_examples: int,
+    min_gap: float = 0.01) -> tuple[float, float] | None:
+  """Whether the widest model scores clearly below a narrower one.
+
+  A width reward is an incentive only if a wider sub-network is a better
+  model. It need not be when the widths beyond some point were trained by
+  few clients (training-time Aequa: only those whose earned width covers
+  them), so the run checks its curve.
+
+  Args:
+    widths: Increasing widths.
+    accuracies: The model's accuracy at each, on `num_examples` examples.
+    num_examples: Examples behind each accuracy.
+    min_gap: The smallest shortfall reported. A larger one must also
+      exceed two standard errors of the best accuracy on `num_examples`,
+      so a small evaluation set's noise is not reported.
+
+  Returns:
+    (the best width, its accuracy) when the widest one's accuracy falls
+    short of it by more than that; else None.
+  """
+  accuracies = np.asarray(accuracies, float)
+  if len(widths) != accuracies.size or not accuracies.size:
+    raise ValueError('One accuracy per width, at least one width.')
+  if num_examples < 1:
+    raise ValueError(f'num_examples must be >= 1, got {num_examples}.')
+  best = int(np.argmax(accuracies))
+  top = accuracies[best]
+  gap = max(min_gap, 2 * np.sqrt(top * (1 - top) / num_examples))
+  if accuracies[-1] < top - gap:
+    return float(widths[best]), float(top)
+  return None
+
+
+def write_curve(output_dir: str, widths: Sequence[float],
+                held_out: Sequence[float], test: Sequence[float]) -> None:
+  """`CURVE_FILE`: the global model's accuracy at each width."""
+  def write(f):
+    writer = csv.writer(f)
+    writer.writerow(['width', 'held_out_accuracy', 'test_accuracy'])
+    writer.writerows(zip(widths, np.asarray(held_out).tolist(),
+                         np.asarray(test).tolist()))
+
+  files.write_atomically(os.path.join(output_dir, CURVE_FILE), write)
 
 
 def write_tables(
@@ -200,14 +250,7 @@ def write_tables(
       split (the column `own_test_accuracy`).
     output_dir: Where the files go.
   """
-  def write_curve(f):
-    writer = csv.writer(f)
-    writer.writerow(['width', 'held_out_accuracy', 'test_accuracy'])
-    writer.writerows(zip(rewards.widths, rewards.curve.tolist(),
-                         rewards.test_curve.tolist()))
-
-  files.write_atomically(os.path.join(output_dir, 'width_accuracy.csv'),
-                         write_curve)
+  write_curve(output_dir, rewards.widths, rewards.curve, rewards.test_curve)
   rows = []
   for i, cid in enumerate(rewards.client_ids):
     accuracy = float(rewards.test_curve[rewards.allocation.level[i]])

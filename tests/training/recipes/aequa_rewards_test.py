@@ -1,8 +1,10 @@
 """Training-time Aequa in the driver: widths earned, bytes, exact resume."""
 
+import csv
 import json
 import os
 
+from absl.testing import absltest
 import numpy as np
 import tensorflow as tf
 
@@ -10,6 +12,7 @@ from tests import tff_test_utils
 from tests.training.recipes import recipe_test_utils
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
+from tff_fair.training import rewards
 
 
 def _config(output_dir, **overrides):
@@ -21,6 +24,27 @@ def _config(output_dir, **overrides):
 def _rows(output_dir):
   return recipe_test_utils.read_round_log(output_dir,
                                           'aequa_rewards_rounds.csv')
+
+
+class WidestShortfallTest(absltest.TestCase):
+
+  def test_flags_a_widest_model_clearly_below_a_narrower_one(self):
+    widths = (0.25, 0.5, 0.75, 1.0)
+    shortfall = rewards.widest_shortfall
+    self.assertIsNone(shortfall(widths, (0.5, 0.6, 0.7, 0.8), 10_000))
+    # 0.5 points on 10,000 examples: within the 1-point floor.
+    self.assertIsNone(shortfall(widths, (0.5, 0.6, 0.805, 0.8), 10_000))
+    self.assertEqual(shortfall(widths, (0.5, 0.7, 0.65, 0.6), 10_000),
+                     (0.5, 0.7))
+    # On 100 examples the shortfall must exceed two standard errors,
+    # 2 sqrt(0.7 * 0.3 / 100) = 9.2 points: 10 points does, 8 does not.
+    self.assertEqual(shortfall(widths, (0.5, 0.7, 0.65, 0.6), 100),
+                     (0.5, 0.7))
+    self.assertIsNone(shortfall(widths, (0.5, 0.7, 0.65, 0.62), 100))
+    self.assertIsNone(shortfall(widths, (0.5, 0.7, 0.65, 0.6), 10_000,
+                                min_gap=0.2))
+    with self.assertRaisesRegex(ValueError, 'One accuracy per width'):
+      shortfall(widths, (0.5,), 100)
 
 
 class AequaRewardsTest(tff_test_utils.TffTestCase):
@@ -105,6 +129,20 @@ class AequaRewardsTest(tff_test_utils.TffTestCase):
     for cid, width in widths.items():
       same = common[cid] == global_common[cid]
       self.assertEqual(same, width == 1.0, (cid, width))
+    # The width-accuracy curve, p_min to p_max, on the common sets (here
+    # the pooled validation and test splits): at p_max the global model.
+    with open(os.path.join(split_dir, 'width_accuracy.csv')) as f:
+      curve = list(csv.DictReader(f))
+    np.testing.assert_allclose([float(r['width']) for r in curve],
+                               np.linspace(0.25, 1.0, 10), atol=1e-6)
+    self.assertAlmostEqual(float(curve[-1]['test_accuracy']),
+                           next(iter(global_common.values())).accuracy,
+                           places=6)
+    on_grid = {float(r['width']): float(r['test_accuracy']) for r in curve}
+    for cid, width in widths.items():
+      for grid_width, accuracy in on_grid.items():
+        if abs(width - grid_width) < 1e-9:
+          self.assertAlmostEqual(common[cid].accuracy, accuracy, places=6)
 
   def test_leave_one_out_scores_each_client_against_the_others(self):
     # Round 1 trains every client at p_max from the same seeds, so both

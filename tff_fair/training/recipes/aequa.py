@@ -119,7 +119,7 @@ class Aequa(recipe.Recipe):
   name = 'aequa'
   Settings = Settings
   slimmable = True
-  output_files = ('width_accuracy.csv', 'aequa_allocation.csv',
+  output_files = (rewards_lib.CURVE_FILE, 'aequa_allocation.csv',
                   'aequa_fairness.json')
 
   @classmethod
@@ -169,7 +169,7 @@ class Aequa(recipe.Recipe):
         solver=settings.allocation_solver,
         annealing_iterations=settings.annealing_iterations, seed=config.seed)
     evaluations.update(context.final_metrics(
-        'aequa', global_weights, widths=rewards_lib.widths(rewards)))
+        'aequa', global_weights, widths=rewards_lib.allocated_widths(rewards)))
     rewards_lib.write_tables(rewards, evaluations['aequa'], config.output_dir)
     rewards_lib.write_tensorboard(
         rewards, os.path.join(config.output_dir, 'tensorboard', 'aequa'))

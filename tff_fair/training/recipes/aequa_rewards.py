@@ -17,25 +17,34 @@ Outputs of its own: `aequa_rewards_rounds.csv` (per round and client: the
 width it trained, its assessment and contribution, the width it earned for
 the next round, the bytes it received and sent) and, after the last round,
 'aequa_rewards' in the final tables: each client's test metrics with the
-global model at the width it earned.
+global model at the width it earned; and `width_accuracy.csv`: the global
+model's accuracy at widths from p_min to p_max on the common held-out sets
+(`RunContext.common_held_out`). A wider reward is an incentive only if it
+is a better model; the widths beyond a client's are trained only by the
+clients that earned them, so the run warns, naming the clients, when the
+widest model scores below a narrower one there.
 """
 
 import dataclasses
 import math
 from typing import Any
 
+from absl import logging
 import numpy as np
 
 from tff_fair.algorithms import aequa_rewards as aequa_rewards_lib
 from tff_fair.evaluation import statistics
 from tff_fair.fairness import contribution
 from tff_fair.training import config as config_lib
+from tff_fair.training import rewards as rewards_lib
 from tff_fair.training.recipes import aequa
 from tff_fair.training.recipes import recipe
 
 ASSESSMENTS = ('cgsv', 'cgsv_leave_one_out', 'data_size')
 STATE_DIR = 'contributions'
 ROUND_LOG = 'aequa_rewards_rounds.csv'
+# Widths of the width-accuracy curve, evenly from p_min to p_max.
+CURVE_POINTS = 10
 ROUND_LOG_FIELDS = ('round', 'client', 'malicious', 'width', 'assessment',
                     'contribution', 'next_width', 'bytes_received',
                     'bytes_sent')
@@ -96,7 +105,7 @@ class AequaRewards(recipe.Recipe):
   name = 'aequa_rewards'
   Settings = Settings
   slimmable = True
-  output_files = (ROUND_LOG,)
+  output_files = (ROUND_LOG, rewards_lib.CURVE_FILE)
   client_state_dirs = (STATE_DIR,)
 
   @classmethod
@@ -196,8 +205,40 @@ class AequaRewards(recipe.Recipe):
     }
 
   def final_evaluations(self, global_weights):
-    """'global' (full width) and 'aequa_rewards': each client at its width."""
+    """'global' (full width) and 'aequa_rewards': each client at its width.
+
+    Writes the width-accuracy curve and checks it (module docstring).
+    """
     evaluations = super().final_evaluations(global_weights)
+    widths = self.widths()
     evaluations.update(self.context.final_metrics(
-        'aequa_rewards', global_weights, widths=self.widths()))
+        'aequa_rewards', global_weights, widths=widths))
+    self._check_width_curve(global_weights, widths)
     return evaluations
+
+  def _check_width_curve(self, global_weights, widths):
+    settings = self.settings
+    held_out, test = self.context.common_held_out()
+    build_keras = self.context.experiment.model_spec.build_keras
+    grid = [float(w) for w in np.unique(np.round(np.linspace(
+        settings.p_min, settings.p_max, CURVE_POINTS), 6))]
+    curve = rewards_lib.width_accuracy_curve(build_keras, global_weights,
+                                             grid, *held_out)
+    rewards_lib.write_curve(
+        self.config.output_dir, grid, curve,
+        rewards_lib.width_accuracy_curve(build_keras, global_weights, grid,
+                                         *test))
+    shortfall = rewards_lib.widest_shortfall(grid, curve, len(held_out[1]))
+    if shortfall is None:
+      return
+    best_width, best_accuracy = shortfall
+    wider = sorted(cid for cid, w in widths.items() if w > best_width)
+    shown = ', '.join(wider[:10]) + (', ...' if len(wider) > 10 else '')
+    logging.warning(
+        'A wider reward is not a better model here: on the common held-out'
+        ' data (%d examples) the global model scores %.4f at width %.2f but'
+        ' %.4f at p_max=%.2f (%s). The %d client(s) that earned more than'
+        ' width %.2f (%s) may receive a worse model than that width: the'
+        ' channels beyond it were trained only by the clients that earned'
+        ' them.', len(held_out[1]), best_accuracy, best_width, curve[-1],
+        grid[-1], rewards_lib.CURVE_FILE, len(wider), best_width, shown or 'none')
