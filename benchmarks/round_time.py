@@ -1,6 +1,8 @@
 r"""Seconds per training round: tff_fair against TFF and a plain TF loop.
 
-In one process and one run, on the same client data, model and batches:
+In one process and one run, on the same client data, model and batches,
+round by round, each system in turn (so a drift of the machine's speed
+falls on every system alike):
 
   (a) the same SGD steps in a plain TensorFlow loop over the clients (one
       model; two for Ditto; for Aequa the slimmable model's full width plus
@@ -16,12 +18,15 @@ In one process and one run, on the same client data, model and batches:
       `e_aequa_full_width`: the full width only (`widths_per_step=0`), the
       slimmable model's own overhead over FedAvg's,
   (f) training-time Aequa (`aequa_rewards`, masked aggregation) with every
-      client at p_max, as in its first round (its most expensive),
+      client at p_max, as in its first round (its most expensive), and
+      `f_aequa_rewards_spread`: the clients' maximum widths spread evenly
+      from p_min to p_max (client k of n at p_min + k (1 - p_min) / (n - 1)),
+      a federation whose contributions differ, as in later rounds,
 
 training time only (data sets are built before the clock starts; nothing is
 evaluated), every client every round; median, min and max over rounds
 2..N (round 1 pays for tracing), and the ratios b/a, c/a, d/c, d/a, e/c,
-f/c, and 'a ditto/a' and 'a aequa/a': Ditto's and Aequa's SGD steps over
+f/c, f spread/c, and 'a ditto/a' and 'a aequa/a': Ditto's and Aequa's SGD steps over
 FedAvg's in the plain loop, the ratios no runtime can beat (Ditto trains two
 models on every batch, Aequa two widths).
 
@@ -80,10 +85,10 @@ SYSTEMS = ('a_plain_tf', 'a_plain_tf_xla', 'a_plain_tf_ditto',
            'b_tff_fedavg', 'c_fedavg',
            'd_ditto_sequential', 'd_ditto_interleaved', 'd_ditto_fused',
            'e_aequa', 'e_aequa_full_width',
-           'f_aequa_rewards')
+           'f_aequa_rewards', 'f_aequa_rewards_spread')
 # Systems that train the slimmable version of the architecture.
 SLIMMABLE_SYSTEMS = ('a_plain_tf_aequa', 'e_aequa', 'e_aequa_full_width',
-                     'f_aequa_rewards')
+                     'f_aequa_rewards', 'f_aequa_rewards_spread')
 # Aequa's smallest width (`aequa.build_aequa`'s default).
 P_MIN = 0.1
 
@@ -218,65 +223,82 @@ def _process(system: str, experiment, learning_rate: float):
   if system.startswith('d_ditto'):
     return ditto.build_ditto(spec.model_fn, client_optimizer,
                              personal_optimizer_fn=client_optimizer)
-  if system == 'f_aequa_rewards':
-    # Without client context every client trains up to p_max.
+  if system.startswith('f_aequa_rewards'):
+    # Without client context every client trains up to p_max; with it,
+    # each client's input carries its maximum width.
     return aequa_rewards.build_aequa_rewards(
         spec.model_fn, client_optimizer,
-        keras_model_fn=lambda: spec.build_keras(None))
+        keras_model_fn=lambda: spec.build_keras(None), p_min=P_MIN,
+        client_context=system == 'f_aequa_rewards_spread')
   return aequa.build_aequa(
       spec.model_fn, client_optimizer,
       widths_per_step=0 if system == 'e_aequa_full_width' else 1)
 
 
-def _time_system(system: str) -> tuple[list[float], list[float]]:
-  """Seconds and CPU seconds of each round's training for one system."""
-  learning_rate = SETTINGS[_SETTING.value].learning_rate
-  lam = SETTINGS[_SETTING.value].ditto_lambda
-  experiment = driver.build_experiment(
-      _config('aequa' if system in SLIMMABLE_SYSTEMS else 'fedavg'))
-  ids = experiment.data.client_ids
-  plain = system.startswith('a_plain')
-  if plain:
-    loop = PlainLoop(experiment.model_spec, learning_rate,
-                     lam if system == 'a_plain_tf_ditto' else -1.0,
-                     sandwich=system == 'a_plain_tf_aequa',
-                     jit_compile=system == 'a_plain_tf_xla')
-  else:
-    process = _process(system, experiment, learning_rate)
-    state = process.set_model_weights(
-        process.initialize(), experiment.model_spec.initial_weights(0))
-  personal = {}
-  seconds, cpu_seconds = [], []
-  for round_num in range(1, _ROUNDS.value + 1):
-    datasets = sampling.client_datasets(experiment, ids, round_num, epochs=1)
+class _TimedSystem:
+  """One system's process (or plain loop), state and data, a round at a time."""
+
+  def __init__(self, system: str):
+    self.system = system
+    setting = SETTINGS[_SETTING.value]
+    self._lam = setting.ditto_lambda
+    self._experiment = driver.build_experiment(
+        _config('aequa' if system in SLIMMABLE_SYSTEMS else 'fedavg'))
+    self._ids = self._experiment.data.client_ids
+    self._plain = system.startswith('a_plain')
+    if self._plain:
+      self._loop = PlainLoop(
+          self._experiment.model_spec, setting.learning_rate,
+          self._lam if system == 'a_plain_tf_ditto' else -1.0,
+          sandwich=system == 'a_plain_tf_aequa',
+          jit_compile=system == 'a_plain_tf_xla')
+    else:
+      self._process = _process(system, self._experiment,
+                               setting.learning_rate)
+      self._state = self._process.set_model_weights(
+          self._process.initialize(),
+          self._experiment.model_spec.initial_weights(0))
+    self._personal = {}
+
+  def round(self, round_num: int) -> tuple[float, float]:
+    """Seconds and CPU seconds of one round's training."""
+    system, ids = self.system, self._ids
+    datasets = sampling.client_datasets(self._experiment, ids, round_num,
+                                        epochs=1)
     personal_data = (
         datasets if system != 'd_ditto_sequential' else
-        sampling.client_datasets(experiment, ids, round_num, epochs=1,
+        sampling.client_datasets(self._experiment, ids, round_num, epochs=1,
                                  stream=1))
     start, start_cpu = time.perf_counter(), _cpu_seconds()
-    if plain:
-      loop.round(ids, datasets)
+    if self._plain:
+      self._loop.round(ids, datasets)
     elif system == 'd_ditto_fused':
-      anchor = process.get_model_weights(state)
-      output = process.personalize_and_next(state, [
-          ditto.paired_input(ds, personal.get(cid, anchor), lam)
+      anchor = self._process.get_model_weights(self._state)
+      output = self._process.personalize_and_next(self._state, [
+          ditto.paired_input(ds, self._personal.get(cid, anchor), self._lam)
           for cid, ds in zip(ids, datasets)])
-      personal = {cid: out['personal']
-                  for cid, out in zip(ids, output['personal'])}
-      state = output['state']
+      self._personal = {cid: out['personal']
+                        for cid, out in zip(ids, output['personal'])}
+      self._state = output['state']
     else:
       if system.startswith('d_ditto'):
-        anchor = process.get_model_weights(state)
-        outputs = process.personalize(state, [
-            ditto.personal_input(ds, personal.get(cid, anchor), lam)
+        anchor = self._process.get_model_weights(self._state)
+        outputs = self._process.personalize(self._state, [
+            ditto.personal_input(ds, self._personal.get(cid, anchor),
+                                 self._lam)
             for cid, ds in zip(ids, personal_data)])
-        personal = {cid: out['personal'] for cid, out in zip(ids, outputs)}
-      state = process.next(state, datasets).state
-    seconds.append(time.perf_counter() - start)
-    cpu_seconds.append(_cpu_seconds() - start_cpu)
+        self._personal = {cid: out['personal']
+                          for cid, out in zip(ids, outputs)}
+      if system == 'f_aequa_rewards_spread':
+        datasets = [
+            aequa_rewards.client_input(ds, width)
+            for ds, width in zip(datasets, np.linspace(P_MIN, 1.0, len(ids)))]
+      self._state = self._process.next(self._state, datasets).state
+    seconds = time.perf_counter() - start
+    cpu_seconds = _cpu_seconds() - start_cpu
     logging.info('%s round %d: %.2f s, %.2f CPU s', system, round_num,
-                 seconds[-1], cpu_seconds[-1])
-  return seconds, cpu_seconds
+                 seconds, cpu_seconds)
+    return seconds, cpu_seconds
 
 
 def main(argv):
@@ -285,13 +307,23 @@ def main(argv):
   timing_settings.check_flags(_ROUNDS.value, _SYSTEMS.value, SYSTEMS)
   rows = collections.OrderedDict()
   with local_runtime.local_context():
+    systems = []
     for system in _SYSTEMS.value:
       if (system in SLIMMABLE_SYSTEMS
           and not timing_settings.has_slimmable_version(_model())):
         logging.info('Skipping %s: %s has no slimmable version.', system,
                      _model())
         continue
-      seconds, cpu_seconds = (np.array(t[1:]) for t in _time_system(system))
+      systems.append(_TimedSystem(system))
+    # Round by round, each system in turn (starting one further along each
+    # round): a drift of the machine's speed falls on every system alike.
+    times = {t.system: [] for t in systems}
+    for round_num in range(1, _ROUNDS.value + 1):
+      shift = round_num % len(systems)
+      for timed in systems[shift:] + systems[:shift]:
+        times[timed.system].append(timed.round(round_num))
+    for system, measured in times.items():
+      seconds, cpu_seconds = (np.array(t[1:]) for t in zip(*measured))
       rows[system] = (float(np.median(seconds)), float(seconds.min()),
                       float(seconds.max()), float(np.median(cpu_seconds)),
                       float(np.median(cpu_seconds / seconds)))
@@ -318,7 +350,9 @@ def main(argv):
                           ('e full width/c', 'e_aequa_full_width',
                            'c_fedavg'),
                           ('e/a aequa', 'e_aequa', 'a_plain_tf_aequa'),
-                          ('f/c', 'f_aequa_rewards', 'c_fedavg')):
+                          ('f/c', 'f_aequa_rewards', 'c_fedavg'),
+                          ('f spread/c', 'f_aequa_rewards_spread',
+                           'c_fedavg')):
     if num in median and den in median:
       lines.append(f'{label:<22}{median[num] / median[den]:>10.2f}'
                    f'{median_cpu[num] / median_cpu[den]:>10.2f}')

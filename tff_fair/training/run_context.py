@@ -121,7 +121,7 @@ class RunContext:
       arrays = lambda _: common_test
     else:
       arrays = lambda cid: data.arrays(cid, split)
-    groups = {}  # Evaluator -> its clients.
+    groups = {}  # Width (None: the model as it is) -> its clients.
     for cid in ids:
       width = None if widths is None else widths[cid]
       groups.setdefault(width, []).append(cid)
@@ -159,6 +159,9 @@ class RunContext:
     options = dict(plain=plain, client_ids=client_ids, widths=widths)
     metrics = {kind: self.evaluate(weights, **options)}
     if self.config.common_test_evaluation:
+      logging.info('Measuring the %s model(s) of %d client(s) on the common'
+                   ' test set (%d examples).', kind, len(metrics[kind]),
+                   len(self.common_held_out()[1][1]))
       metrics[kind + COMMON_TEST] = self.evaluate(weights, common=True,
                                                   **options)
     return metrics
