@@ -26,9 +26,9 @@ falls on every system alike):
 training time only (data sets are built before the clock starts; nothing is
 evaluated), every client every round; median, min and max over rounds
 2..N (round 1 pays for tracing), and the ratios b/a, c/a, d/c, d/a, e/c,
-f/c, f spread/c, and 'a ditto/a' and 'a aequa/a': Ditto's and Aequa's SGD steps over
-FedAvg's in the plain loop, the ratios no runtime can beat (Ditto trains two
-models on every batch, Aequa two widths).
+f/c, f spread/c, and 'a ditto/a' and 'a aequa/a': Ditto's and Aequa's SGD
+steps over FedAvg's in the plain loop, the ratios no runtime can beat
+(Ditto trains two models on every batch, Aequa two widths).
 
 Each round's CPU seconds are measured too (this process and its children,
 i.e. TFF's worker, from /proc): the work a round costs, whatever share of

@@ -241,4 +241,5 @@ class AequaRewards(recipe.Recipe):
         ' width %.2f (%s) may receive a worse model than that width: the'
         ' channels beyond it were trained only by the clients that earned'
         ' them.', len(held_out[1]), best_accuracy, best_width, curve[-1],
-        grid[-1], rewards_lib.CURVE_FILE, len(wider), best_width, shown or 'none')
+        grid[-1], rewards_lib.CURVE_FILE, len(wider), best_width,
+        shown or 'none')
