@@ -67,6 +67,7 @@ class RunContext:
     self._stores: dict[str, Union[client_models.ClientModelStore,
                                   round_state.RoundStateStore]] = {}
     self._logs: list[client_models.RoundLog] = []
+    self._common_held_out = None
 
   @property
   def client_ids(self) -> Sequence[str]:
@@ -221,13 +222,19 @@ class RunContext:
     pooled (their test splits when there is none) and their test splits
     pooled.
     """
-    data = self.experiment.data
-    if data.has_server_held_out:
-      return data.server_arrays('validation'), data.server_arrays('test')
-    has_validation = any(data.num_examples(c, 'validation')
-                         for c in data.client_ids)
-    return (self._pooled('validation' if has_validation else 'test'),
+    # Built once: final evaluations ask for it per model kind.
+    if self._common_held_out is None:
+      data = self.experiment.data
+      if data.has_server_held_out:
+        self._common_held_out = (data.server_arrays('validation'),
+                                 data.server_arrays('test'))
+      else:
+        has_validation = any(data.num_examples(c, 'validation')
+                             for c in data.client_ids)
+        self._common_held_out = (
+            self._pooled('validation' if has_validation else 'test'),
             self._pooled('test'))
+    return self._common_held_out
 
   def _pooled(self, split: str) -> tuple[np.ndarray, np.ndarray]:
     """Every client's `split` examples, concatenated."""
