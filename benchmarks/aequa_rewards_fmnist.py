@@ -57,8 +57,8 @@ import numpy as np
 from tff_fair.fairness import metrics as fairness_metrics
 from tff_fair.runtime import local as local_runtime
 from tff_fair.training import driver
-from tff_fair.training import run_context
 from tff_fair.training import log_filter
+from tff_fair.training import run_context
 from tff_fair.training.recipes import registry
 
 _OUTPUT_DIR = flags.DEFINE_string('output_dir', 'runs/bench_aequa_rewards',
