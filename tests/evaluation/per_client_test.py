@@ -102,5 +102,36 @@ class ClientEvaluatorTest(tf.test.TestCase):
       self.evaluator.evaluate(weights, self.x[:0], self.y[:0])
 
 
+class SummarizeClientsTest(tf.test.TestCase):
+
+  def test_a_diverged_model_leaves_loss_undefined_and_is_named(self):
+    # A model with infinite logits: its loss on real digits is NaN.
+    spec = model_fns.build_model_spec(
+        'lenet', x_shape=(8, 8, 1), x_dtype=tf.float32, y_shape=(),
+        num_classes=10)
+    x, y = _digits()
+    diverged = per_client.ClientEvaluator(spec.build_keras).evaluate(
+        _constant_prediction_weights(spec, [np.inf] * 5 + [0.0] * 5),
+        x[:20], y[:20])
+    self.assertTrue(np.isnan(diverged.loss))
+    healthy = per_client.ClientMetrics(
+        num_examples=10, loss=1.5, accuracy=0.5, balanced_accuracy=0.5)
+    with self.assertLogs(level='WARNING') as logs:
+      stats = per_client.summarize_clients({'a': healthy, 'b': diverged})
+    self.assertIn('diverged', logs.output[0])
+    self.assertIn('b', logs.output[0].split('loss:')[1])
+    self.assertTrue(np.isnan(stats['loss'].mean))
+    self.assertEqual(stats['loss'].count, 2)
+    self.assertAlmostEqual(stats['accuracy'].mean,
+                           (0.5 + diverged.accuracy) / 2)
+
+  def test_a_client_without_test_examples_is_still_an_error(self):
+    empty = per_client.ClientMetrics(
+        num_examples=0, loss=np.nan, accuracy=np.nan,
+        balanced_accuracy=np.nan)
+    with self.assertRaisesRegex(ValueError, 'NaN'):
+      per_client.summarize_clients({'a': empty})
+
+
 if __name__ == '__main__':
   tf.test.main()

@@ -14,8 +14,10 @@ padding (`model_fns.PAD_LABEL`) are ignored, as in training.
 
 from collections.abc import Callable, Iterable, Mapping
 import dataclasses
+import math
 from typing import Optional, Union
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -150,14 +152,28 @@ def _weights_for(source: WeightsSource,
 def summarize_clients(
     metrics: Mapping[str, ClientMetrics]
 ) -> dict[str, statistics.ClientStatistics]:
-  """Statistics over clients of loss, accuracy and balanced accuracy."""
+  """Statistics over clients of loss, accuracy and balanced accuracy.
+
+  A model that diverged has a non-finite loss on a client's examples (its
+  accuracy is still defined): the loss statistics are then NaN
+  (`statistics.undefined`), and a warning names the clients.
+  """
   if not metrics:
     raise ValueError('No client metrics to summarize.')
   sizes = [m.num_examples for m in metrics.values()]
+  diverged = [cid for cid, m in metrics.items()
+              if m.num_examples and not math.isfinite(m.loss)]
+  if diverged:
+    logging.warning(
+        'The model(s) of %d of %d client(s) diverged (a non-finite test'
+        ' loss: %s); their loss statistics are NaN. Lower the learning'
+        ' rates.', len(diverged), len(metrics),
+        ', '.join(diverged[:10]) + (', ...' if len(diverged) > 10 else ''))
   return {
-      name: statistics.summarize(
-          [getattr(m, name) for m in metrics.values()], weights=sizes,
-          higher_is_better=(name != 'loss'))
+      name: (statistics.undefined(len(sizes)) if name == 'loss' and diverged
+             else statistics.summarize(
+                 [getattr(m, name) for m in metrics.values()], weights=sizes,
+                 higher_is_better=(name != 'loss')))
       for name in ('loss', 'accuracy', 'balanced_accuracy')
   }
 

@@ -40,6 +40,13 @@ class ClientStatistics:
     return {f'{prefix}{k}': v for k, v in dataclasses.asdict(self).items()}
 
 
+def undefined(count: int) -> ClientStatistics:
+  """The statistics of `count` values that have none (e.g. a diverged
+  model's NaN losses): every statistic NaN."""
+  nan = math.nan
+  return ClientStatistics(count, nan, nan, nan, nan, nan, nan, nan, nan)
+
+
 def tail_count(num_clients: int, fraction: float = 0.1) -> int:
   """How many clients a `fraction` tail holds: ceil(fraction * N), >= 1."""
   return max(1, math.ceil(fraction * num_clients - 1e-9))
