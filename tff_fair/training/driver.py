@@ -139,11 +139,34 @@ class Trainer:
     return state, version
 
   def run(self, checkpoint_fallback: bool = False) -> RunResult:
-    """Trains to `config.rounds`, resuming from the latest checkpoint.
+    """Trains to `config.rounds`, resuming from the latest checkpoint, then
+    runs the recipe's final evaluations and writes the final tables.
 
     Args:
       checkpoint_fallback: Resume from the newest intact checkpoint when the
         latest is damaged (see `_restore`).
+    """
+    config = self.config
+    state, start_round, history = self.train(checkpoint_fallback)
+    evaluations = self.recipe.final_evaluations(
+        self.process.get_model_weights(state))
+    reports.write_final(config.output_dir, evaluations, self.malicious)
+    return RunResult(
+        rounds_completed=config.rounds if self.recipe.trains_federated else 0,
+        resumed_from_round=start_round,
+        evaluations={kind: dict(m) for kind, m in evaluations.items()},
+        history=history,
+        malicious=self.malicious,
+    )
+
+  def train(self, checkpoint_fallback: bool = False
+            ) -> tuple[Any, int, list[dict[str, float]]]:
+    """The federated rounds of `run`, without its final evaluations.
+
+    Returns:
+      (the server state after the last round, the checkpoint round this
+      invocation started from, the released values of each round run; see
+      `RunResult.history`).
     """
     config = self.config
     state, start_round = self._restore(checkpoint_fallback)
@@ -169,16 +192,7 @@ class Trainer:
     history = []
     if federated:
       state, history = self._run_rounds(state, start_round)
-    evaluations = self.recipe.final_evaluations(
-        self.process.get_model_weights(state))
-    reports.write_final(config.output_dir, evaluations, self.malicious)
-    return RunResult(
-        rounds_completed=config.rounds if federated else 0,
-        resumed_from_round=start_round,
-        evaluations={kind: dict(m) for kind, m in evaluations.items()},
-        history=history,
-        malicious=self.malicious,
-    )
+    return state, start_round, history
 
   def _run_rounds(self, state, start_round: int):
     config = self.config
