@@ -91,8 +91,9 @@ flags.DEFINE_float('test_fraction', _DEFAULTS.test_fraction,
 flags.DEFINE_integer('server_held_out_examples', 0,
                      'Size of each of the server\'s held-out validation and'
                      ' test sets, drawn from examples no client holds (0:'
-                     ' none); algorithms that measure the global model on'
-                     ' common held-out data (Aequa\'s rewards) use them.')
+                     ' none); read where models are judged on common'
+                     ' held-out data (Aequa\'s rewards, IAFL\'s standalone'
+                     ' contributions, --common_test_evaluation).')
 flags.DEFINE_integer('rounds', _DEFAULTS.rounds, 'Federated rounds.')
 flags.DEFINE_integer('local_epochs', _DEFAULTS.local_epochs,
                      'Client epochs per round.')
@@ -177,6 +178,10 @@ flags.DEFINE_bool('checkpoint_fallback', False,
 flags.mark_flag_as_required('output_dir')
 
 FLAGS = flags.FLAGS
+# Generated from the recipes' declarations: which algorithms ignore a flag.
+for _setting in config_lib.ALGORITHM_DEPENDENT:
+  FLAGS[_setting].help = ' '.join(filter(None, (
+      FLAGS[_setting].help, registry.ignored_by_help(_setting))))
 
 # The one map from error types to exit statuses (first match wins). Every
 # error a user can fix is an `errors.UserError`.
@@ -222,6 +227,10 @@ def main(argv):
   log_filter.keep_info_logs_of_tff_fair_only()
   try:
     config = config_from_flags()
+    if FLAGS.executor == 'remote' and FLAGS.workers:
+      # Before connecting: the driver checks it again in the context.
+      registry.check_workers(config.algorithm,
+                             len(remote.parse_workers(FLAGS.workers)))
     with execution.execution_context(
         FLAGS.executor, FLAGS.workers,
         FLAGS.max_concurrent_computation_calls):

@@ -22,6 +22,7 @@ import psutil
 from tests import tff_test_utils
 from tff_fair.runtime import execution
 from tff_fair.runtime import remote
+from tff_fair.training import config as config_lib
 from tff_fair.training import driver
 from tff_fair.training.recipes import registry
 
@@ -119,6 +120,15 @@ class TwoWorkerGuaranteeTest(absltest.TestCase):
         output_dir=self.create_tempdir().full_path, **_SETTINGS)
     with execution.execution_context('remote', self.workers):
       first = driver.run(config)
+      # In the same context, an algorithm whose round returns per-client
+      # values is refused before it writes anything.
+      refused = registry.make_config(
+          output_dir=os.path.join(self.create_tempdir().full_path, 'cgsv'),
+          **{**_SETTINGS, 'algorithm': 'cgsv'})
+      with self.assertRaisesRegex(config_lib.ConfigError,
+                                  'cannot split its clients over 2 workers'):
+        driver.run(refused)
+      self.assertFalse(os.path.exists(refused.output_dir))
     losses = [h['train_loss'] for h in first.history]
     self.assertLen(losses, _ROUNDS)
     # And the run learned something: equal numbers of nothing prove nothing.

@@ -86,7 +86,8 @@ class LabelPoisoningTest(tff_test_utils.TffTestCase):
   def test_malicious_clients_train_on_random_labels(self):
     config = _config(self.create_tempdir().full_path,
                      attack=attacks.LABEL_POISONING,
-                     algorithm='standalone', rounds=12)
+                     algorithm='standalone', rounds=12,
+                     eval_every=1)  # (It runs no rounds.)
     trainer = driver.Trainer(driver.build_experiment(config))
     ids = trainer.experiment.data.client_ids
     self.assertLen(trainer.malicious, 2)

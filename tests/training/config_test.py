@@ -322,7 +322,8 @@ class CheckOrSaveTest(parameterized.TestCase):
     out = self.create_tempdir().full_path
     config_lib.save_if_new(registry.make_config(output_dir=out))
     config_lib.check_resumable(registry.make_config(
-        output_dir=out, server_held_out_examples=1000))
+        output_dir=out, server_held_out_examples=1000,
+        common_test_evaluation=True))
 
   def test_another_algorithm_s_saved_settings_are_not_compared(self):
     # Saved before such settings were refused: they never acted on the run.
@@ -336,6 +337,37 @@ class CheckOrSaveTest(parameterized.TestCase):
                                 "algorithm: saved run has 'fedavg'"):
       config_lib.check_resumable(registry.make_config(
           output_dir=out, rounds=2, algorithm='ditto'))
+
+  def test_resume_compares_the_shared_settings_the_algorithm_reads(self):
+    # Saved before unread settings were refused: standalone with a server
+    # optimizer and an aggregator it never had, which must not block it.
+    out = self.create_tempdir().full_path
+    config = registry.make_config(output_dir=out, algorithm='standalone')
+    saved = config.to_dict()
+    saved.update(server_optimizer='adam', aggregator='dp', eval_every=0)
+    with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
+      json.dump(saved, f)
+    reads = registry.get('standalone').settings_read(config)
+    config_lib.check_resumable(config, reads)
+    # Without the declarations (every setting compared) it would block.
+    with self.assertRaisesRegex(config_lib.ConfigError, 'aggregator'):
+      config_lib.check_resumable(config)
+    # What standalone reads still blocks: its budget of local epochs.
+    changed = registry.make_config(output_dir=out, algorithm='standalone',
+                                   local_epochs=2)
+    with self.assertRaisesRegex(config_lib.ConfigError,
+                                'local_epochs: saved run has 1'):
+      config_lib.check_resumable(changed, reads)
+    # And a setting FedAvg reads blocks a FedAvg run.
+    fedavg = registry.make_config(output_dir=out)
+    saved = fedavg.to_dict()
+    saved['server_optimizer'] = 'adam'
+    with open(os.path.join(out, config_lib.CONFIG_FILE), 'w') as f:
+      json.dump(saved, f)
+    with self.assertRaisesRegex(config_lib.ConfigError,
+                                "server_optimizer: saved run has 'adam'"):
+      config_lib.check_resumable(
+          fedavg, registry.get('fedavg').settings_read(fedavg))
 
   def test_saved_settings_nothing_read_are_not_compared(self):
     # Saved before such settings were refused: they never acted on the run.

@@ -192,7 +192,7 @@ class BaselinesTest(tff_test_utils.TffTestCase):
     out = self.create_tempdir().full_path
     config = _config(out, algorithm='standalone', partition='label_skew',
                      classes_per_client=2, rounds=8, clients_per_round=2,
-                     local_epochs=1)
+                     local_epochs=1, eval_every=1)  # (It runs no rounds.)
     trainer = driver.Trainer(driver.build_experiment(config))
     # 8 rounds x 1 epoch x half the clients per round.
     self.assertEqual(trainer.context.standalone_epochs(), 4)

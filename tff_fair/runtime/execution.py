@@ -42,5 +42,11 @@ def execution_context(executor: str = 'local', workers: str = '',
     raise remote.ExecutorConfigError(
         '--executor=remote needs --workers=host:port,... of running TFF'
         ' workers (python -m programs.worker).')
+  if max_concurrent_computation_calls != -1:
+    raise remote.ExecutorConfigError(
+        f'--max_concurrent_computation_calls={max_concurrent_computation_calls}'
+        ' would be ignored: it sets the local worker of --executor=local;'
+        ' a remote worker takes it when started (python -m programs.worker'
+        ' --max_concurrent_computation_calls=N). Drop it here.')
   with remote.remote_context(remote.parse_workers(workers)):
     yield

@@ -341,6 +341,13 @@ def is_multi_worker() -> bool:
                     MultiWorkerContext)
 
 
+def worker_count() -> int:
+  """How many workers the current context splits clients over (1 if none)."""
+  if is_multi_worker():
+    return len(tff.framework.get_context_stack().current.workers)
+  return 1
+
+
 def map_clients(comp: Callable[..., Any], server_arg: Any,
                 client_args: Sequence[Any]) -> list[Any]:
   """Runs a per-client computation, sharding clients over workers if several.

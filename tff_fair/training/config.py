@@ -12,7 +12,7 @@ An algorithm's own settings are not here: each recipe
 shared ones in config.json and the flags.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 import dataclasses
 import json
 import math
@@ -100,6 +100,24 @@ SETTING_READERS = {
     **dict.fromkeys(('classes_per_client', 'label_skew_rule'),
                     ('partition', ('label_skew',))),
 }
+
+# Shared settings that some algorithms act on and others ignore. Each recipe
+# declares which of them it reads, and which of their values
+# (`Recipe.reads`); a run refuses one given a value other than its default to
+# an algorithm that does not read it (`unread_settings`), and a resume
+# compares only what the algorithm reads. Every algorithm reads the other
+# shared settings (data, partition, model, seed, rounds, output, runtime).
+ALGORITHM_DEPENDENT = (
+    'clients_per_round', 'local_epochs', 'batch_size', 'client_optimizer',
+    'client_learning_rate', 'server_optimizer', 'server_learning_rate',
+    'aggregator', 'attack', 'eval_every', 'server_held_out_examples')
+# What a recipe declares: setting -> the values it acts on (None: every
+# value). A setting left out is one it ignores.
+Reads = Mapping[str, Optional[tuple[Any, ...]]]
+# Every value of every algorithm-dependent setting but the server's held-out
+# sets (FedAvg's reads: `Recipe.reads`).
+READS_ALL: Reads = {name: None for name in ALGORITHM_DEPENDENT
+                    if name != 'server_held_out_examples'}
 
 CONFIG_FILE = 'config.json'
 
@@ -319,6 +337,11 @@ class RunConfig:
       raise ConfigError(
           'dp_noise_multiplier must be >= 0, got'
           f' {self.dp_noise_multiplier}.')
+    if not (self.max_concurrent_computation_calls == -1
+            or self.max_concurrent_computation_calls >= 1):
+      raise ConfigError(
+          'max_concurrent_computation_calls must be -1 (unlimited) or >= 1,'
+          f' got {self.max_concurrent_computation_calls}.')
     if not self.output_dir:
       raise ConfigError('output_dir is required (checkpoints go there).')
     self._check_unread_settings()
@@ -394,6 +417,35 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)
              if f.name != 'settings'}
 
 
+def is_default(config: RunConfig, name: str) -> bool:
+  """Whether shared setting `name` has the value it gets when not given.
+
+  For `clients_per_round` that is every client; for `batch_size` and
+  `client_learning_rate` the data set's (`DATASET_DEFAULTS`).
+  """
+  value = getattr(config, name)
+  if name == 'clients_per_round':
+    return value == config.num_clients
+  if name in ('batch_size', 'client_learning_rate'):
+    return value == getattr(DATASET_DEFAULTS[config.dataset], name)
+  return value == _DEFAULTS[name]
+
+
+def reads_value(reads: Reads, name: str, value: Any) -> bool:
+  """Whether an algorithm reading `reads` acts on `name` set to `value`."""
+  return name in reads and (reads[name] is None or value in reads[name])
+
+
+def unread_settings(config: RunConfig, reads: Reads) -> list[str]:
+  """The algorithm-dependent settings `config` gives that `reads` ignores.
+
+  A setting at its default (`is_default`) is never among them.
+  """
+  return [name for name in ALGORITHM_DEPENDENT
+          if not is_default(config, name)
+          and not reads_value(reads, name, getattr(config, name))]
+
+
 def setting(default: Any, help_text: str, *, choices: Sequence[str] = (),
             resumable: bool = False) -> Any:
   """A field of an algorithm's settings, with what its flag shows.
@@ -438,7 +490,8 @@ def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
 
 
 def incompatible_settings(
-    saved: dict[str, Any], current: RunConfig
+    saved: dict[str, Any], current: RunConfig,
+    reads: Optional[Reads] = None,
 ) -> list[str]:
   """Human-readable differences that forbid resuming `saved` as `current`.
 
@@ -446,8 +499,15 @@ def incompatible_settings(
   counts as what that run used: its default, or for a setting in
   `LEGACY_VALUES` whose partition the run used, the old value (the
   default changed since). Settings `current` does not read (another
-  algorithm's, or `SETTING_READERS`: another partition's, ...) are not
-  compared: they never acted on the run (the algorithm is compared).
+  algorithm's, an `ALGORITHM_DEPENDENT` one its algorithm ignores, or
+  `SETTING_READERS`: another partition's, ...) are not compared: they never
+  acted on the run (the algorithm is compared, so it is the saved run's).
+
+  Args:
+    saved: The saved run's config.json.
+    current: The settings asked for now.
+    reads: What `current`'s algorithm reads (`Recipe.settings_read`);
+      None compares every algorithm-dependent setting.
   """
   now = current.to_dict()
   defaults = current.defaults()
@@ -462,6 +522,9 @@ def incompatible_settings(
     # setting it depends on is compared on its own.
     other, users = SETTING_READERS.get(key, (None, ()))
     if other is not None and getattr(current, other) not in users:
+      continue
+    if (reads is not None and key in ALGORITHM_DEPENDENT
+        and key not in reads):
       continue
     legacy = None
     if key not in saved and LEGACY_VALUES.get(key, ('',))[0] == (
@@ -478,10 +541,12 @@ def incompatible_settings(
   return differences
 
 
-def check_resumable(config: RunConfig) -> Optional[dict[str, Any]]:
+def check_resumable(config: RunConfig, reads: Optional[Reads] = None
+                    ) -> Optional[dict[str, Any]]:
   """Checks `config` against the run saved in its output directory.
 
-  Reads only; nothing is written or removed.
+  Reads only; nothing is written or removed. `reads`: as in
+  `incompatible_settings`.
 
   Returns:
     The saved configuration when one exists (a resumption), else None.
@@ -492,7 +557,7 @@ def check_resumable(config: RunConfig) -> Optional[dict[str, Any]]:
   saved = load_saved(config.output_dir)
   if saved is None:
     return None
-  differences = incompatible_settings(saved, config)
+  differences = incompatible_settings(saved, config, reads)
   if differences:
     raise ConfigError(
         f'{config.output_dir} holds a run with other settings, so it cannot'

@@ -33,6 +33,7 @@ import tensorflow_federated as tff
 from tff_fair.algorithms import update_attacks
 from tff_fair import attacks
 from tff_fair.evaluation import per_client
+from tff_fair.runtime import remote
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
 from tff_fair.training.recipes import recipe as recipe_lib
@@ -326,8 +327,10 @@ def prepare(
   Raises:
     errors.UserError: For a bad setting, file, data or run directory.
   """
-  recipe_type(config)  # Refuses a config not made for its algorithm.
-  plan = run_dir.inspect(config, start_over=start_over, layout=layout())
+  recipe = recipe_type(config)  # Refuses a config not made for it.
+  registry.check_workers(config.algorithm, remote.worker_count())
+  plan = run_dir.inspect(config, start_over=start_over, layout=layout(),
+                         reads=recipe.settings_read(config))
   return plan, build_experiment(config)
 
 

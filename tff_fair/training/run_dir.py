@@ -168,7 +168,8 @@ def _results(output_dir: str, layout: Layout) -> list[str]:
 
 
 def inspect(config: config_lib.RunConfig, start_over: bool = False,
-            layout: Layout = Layout()) -> Plan:
+            layout: Layout = Layout(),
+            reads: Optional[config_lib.Reads] = None) -> Plan:
   """Decides what this invocation does with `config.output_dir`; reads only.
 
   Args:
@@ -176,6 +177,8 @@ def inspect(config: config_lib.RunConfig, start_over: bool = False,
     start_over: Discard a saved run in the directory instead of resuming it
       or refusing it.
     layout: The algorithms' own outputs the directory may hold.
+    reads: What the algorithm reads (`Recipe.settings_read`): a resume
+      compares only those of the algorithm-dependent settings.
 
   Returns:
     The `Plan`.
@@ -211,7 +214,7 @@ def inspect(config: config_lib.RunConfig, start_over: bool = False,
           ' --output_dir.')
     config_lib.load_saved(out)  # Refuses a damaged file even so.
     return Plan(config, 'unstarted', layout=layout)
-  config_lib.check_resumable(config)
+  config_lib.check_resumable(config, reads)
   if versions[-1] > config.rounds:
     raise RunDirError(
         f'{out} holds a checkpoint of round {versions[-1]}, past'

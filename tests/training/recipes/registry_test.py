@@ -4,6 +4,7 @@ import dataclasses
 
 from absl.testing import absltest
 
+from tff_fair import attacks
 from tff_fair.training import config as config_lib
 from tff_fair.training.recipes import recipe
 from tff_fair.training.recipes import registry
@@ -33,6 +34,29 @@ class RegistryTest(absltest.TestCase):
                run_dir.CHECKPOINTS, config_lib.CONFIG_FILE}
     self.assertEmpty(generic & set(registry.output_files()))
     self.assertEmpty(generic & set(registry.client_state_dirs()))
+
+  def test_declared_reads_are_shared_settings_and_their_values(self):
+    choices = {'client_optimizer': config_lib.OPTIMIZERS,
+               'server_optimizer': config_lib.OPTIMIZERS,
+               'aggregator': config_lib.AGGREGATORS,
+               'attack': attacks.ATTACKS}
+    for name, recipe_type in registry.RECIPES.items():
+      with self.subTest(name):
+        self.assertContainsSubset(recipe_type.reads,
+                                  config_lib.ALGORITHM_DEPENDENT)
+        self.assertContainsSubset(recipe_type.ignored_because,
+                                  config_lib.ALGORITHM_DEPENDENT)
+        for setting, values in recipe_type.reads.items():
+          if values is not None:
+            self.assertContainsSubset(values, choices[setting])
+            # The default is always read (it is never refused).
+            self.assertIn(config_lib.RunConfig.__dataclass_fields__[
+                setting].default, values)
+        if not recipe_type.client_context:
+          # Update attacks act inside a client computation with context.
+          self.assertContainsSubset(
+              recipe_type.reads.get('attack', ()),
+              (attacks.NONE, attacks.LABEL_POISONING))
 
   def test_make_config_defaults_and_refusals(self):
     config = registry.make_config(output_dir='x')

@@ -119,6 +119,8 @@ class Aequa(recipe.Recipe):
   name = 'aequa'
   Settings = Settings
   slimmable = True
+  # Contributions and the width-accuracy curve use the common held-out sets.
+  reads = {**config_lib.READS_ALL, 'server_held_out_examples': None}
   output_files = (rewards_lib.CURVE_FILE, 'aequa_allocation.csv',
                   'aequa_fairness.json')
 

@@ -23,6 +23,11 @@ from tff_fair.training import config as config_lib
 from tff_fair.training.recipes import own_models
 
 ROUND_LOG = 'cgsv_rounds.csv'
+_OWN_SERVER_STEP = (
+    "CGSV's server moves the global model by the reputation-weighted"
+    ' aggregate as it is, and each client is rewarded with that same'
+    ' aggregate, sparsified (the paper\'s rule); a server optimizer would'
+    ' make the global model differ from what the rewards are cut from')
 ROUND_LOG_FIELDS = ('round', 'client', 'malicious', 'phi', 'reputation',
                     'reward_share')
 
@@ -61,6 +66,17 @@ class Cgsv(own_models.RewardedModels):
 
   name = 'cgsv'
   Settings = Settings
+  reads = {name: values for name, values in config_lib.READS_ALL.items()
+           if name not in ('aggregator', 'server_optimizer',
+                           'server_learning_rate')}
+  ignored_because = {
+      'aggregator': "CGSV aggregates the clients' normalized updates"
+                    ' weighted by their reputations and scores each client'
+                    " against that aggregate (the paper's rule): another"
+                    ' aggregator would change what the reputations measure',
+      'server_optimizer': _OWN_SERVER_STEP,
+      'server_learning_rate': _OWN_SERVER_STEP,
+  }
   output_files = (ROUND_LOG,)
   client_state_dirs = (own_models.REWARDED_MODELS_DIR,)
   models_dir = own_models.REWARDED_MODELS_DIR

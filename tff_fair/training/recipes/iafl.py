@@ -33,6 +33,9 @@ from tff_fair.training.recipes import own_models
 CONTRIBUTIONS = ('standalone', 'data_size')
 CONTRIBUTIONS_DIR = 'iafl_contributions'
 ROUND_LOG = 'iafl_rounds.csv'
+_OWN_SERVER_STEP = (
+    "IAFL's server model moves by the weighted mean of the round's updates"
+    " (the paper's FedAvg step; the model a reset client receives)")
 ROUND_LOG_FIELDS = ('round', 'client', 'malicious', 'contribution',
                     'others_shared', 'reset')
 
@@ -76,6 +79,32 @@ class Iafl(own_models.RewardedModels):
 
   name = 'iafl'
   Settings = Settings
+  # Standalone contributions are judged on the common held-out sets.
+  reads = {**{name: values for name, values in config_lib.READS_ALL.items()
+              if name not in ('aggregator', 'server_optimizer',
+                              'server_learning_rate')},
+           'server_held_out_examples': None}
+  ignored_because = {
+      'aggregator': "IAFL's server gathers every client's own update to"
+                    " mix it into the others' models (the paper's rule): an"
+                    ' aggregator of the server model would leave those raw'
+                    ' updates as they are, so its robustness, compression'
+                    ' or privacy would not hold',
+      'server_optimizer': _OWN_SERVER_STEP,
+      'server_learning_rate': _OWN_SERVER_STEP,
+      'server_held_out_examples': 'with --iafl_contribution=data_size it'
+                                  ' measures no model on common held-out'
+                                  ' data unless --common_test_evaluation'
+                                  ' is given',
+  }
+
+  @classmethod
+  def settings_read(cls, config):
+    reads = dict(super().settings_read(config))
+    if (config.settings.iafl_contribution != 'standalone'
+        and not config.common_test_evaluation):
+      del reads['server_held_out_examples']
+    return reads
   output_files = (ROUND_LOG,)
   client_state_dirs = (own_models.REWARDED_MODELS_DIR, CONTRIBUTIONS_DIR)
   models_dir = own_models.REWARDED_MODELS_DIR

@@ -97,6 +97,8 @@ class RewardedModels(OwnModels):
   (`record_round`); it may add input fields per client (`extra_input`).
   """
 
+  runs_on_several_workers = False
+
   def __init__(self, context):
     super().__init__(context)
     self._process = None

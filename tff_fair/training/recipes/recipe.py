@@ -7,6 +7,8 @@ one algorithm's is its recipe, one module under this package:
 * its own settings: a frozen dataclass of `config.setting` fields (their
   flags are generated from it), checked by its `__post_init__`, and
   `check_config` for checks against the shared settings;
+* the shared settings it acts on (`reads`, `settings_read`): a run refuses
+  any other given to it, and a resume compares only these;
 * building its `tff.learning.templates.LearningProcess`;
 * per-client state before and after a round (`before_round`,
   `after_round`), kept in `RunContext.client_model_store` stores the driver
@@ -20,8 +22,12 @@ class is FedAvg's behaviour everywhere except the process, so a recipe
 overrides only what it changes.
 
 Adding an algorithm: its process (in `tff_fair/algorithms/`, or TFF's own),
-its recipe module here, its test under `tests/training/recipes/`, and one
+its recipe module here (declaring in `reads` the shared settings its
+process really uses), its test under `tests/training/recipes/`, and one
 line in `registry.py` (see `fedprox.py`, the smallest recipe).
+`tests/training/recipes/settings_read_test.py` then checks the declaration
+both ways: every setting it leaves out is refused, and changing every
+setting it declares changes the run.
 """
 
 from collections.abc import Mapping, Sequence
@@ -59,6 +65,17 @@ class Recipe:
     output_files: Files of its own in the output directory (removed by
       `--start_over` with the run's other outputs).
     client_state_dirs: Folders of its `RunContext.client_model_store` stores.
+    reads: The shared settings of `config.ALGORITHM_DEPENDENT` it acts on,
+      and for each the values it acts on (None: every value); FedAvg's by
+      default (`config.READS_ALL`). Declare exactly what the process and
+      the recipe use: a run refuses any other setting given a value other
+      than its default, naming the algorithms that read it.
+    ignored_because: Why it ignores a setting (or its other values), for
+      the refusal: setting -> a clause, e.g. 'standalone clients send no
+      updates'.
+    runs_on_several_workers: False when its round returns per-client values
+      (`client_outputs`), which TFF's multi-worker context cannot return;
+      a run on several remote workers is then refused before it starts.
 
   Attributes:
     context: The run's shared parts.
@@ -73,6 +90,9 @@ class Recipe:
   trains_federated: ClassVar[bool] = True
   output_files: ClassVar[tuple[str, ...]] = ()
   client_state_dirs: ClassVar[tuple[str, ...]] = ()
+  reads: ClassVar[config_lib.Reads] = config_lib.READS_ALL
+  ignored_because: ClassVar[Mapping[str, str]] = {}
+  runs_on_several_workers: ClassVar[bool] = True
 
   # --- Before the data is loaded (class methods). ---
 
@@ -91,6 +111,19 @@ class Recipe:
       config.ConfigError: Naming the settings that disagree.
     """
     return config
+
+  @classmethod
+  def settings_read(cls, config: config_lib.RunConfig) -> config_lib.Reads:
+    """What a run of `config` reads: `reads`, as its settings make it.
+
+    By default `reads`, plus the server's held-out sets when the final
+    models are also measured on the common test set
+    (`common_test_evaluation`), which they then are. A recipe whose use of
+    a shared setting depends on its own settings overrides this.
+    """
+    if config.common_test_evaluation:
+      return {'server_held_out_examples': None, **cls.reads}
+    return cls.reads
 
   @classmethod
   def needed_splits(cls, config: config_lib.RunConfig) -> tuple[str, ...]:

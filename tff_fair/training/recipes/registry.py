@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import dataclasses
 from typing import Any
 
-from tff_fair import attacks
 from tff_fair.models import names as model_names
 from tff_fair.training import config as config_lib
 from tff_fair.training.recipes import aequa
@@ -35,8 +34,12 @@ RECIPES: dict[str, type[recipe.Recipe]] = {r.name: r for r in (
     iafl.Iafl,
 )}
 DEFAULT_ALGORITHM = 'fedavg'
-# Update attacks act inside a client computation with client context.
-_UPDATE_ATTACKS = (attacks.RANDOM_UPDATES, attacks.MODEL_REPLACEMENT)
+# Why an algorithm ignores a setting when its recipe does not say.
+_IGNORED_BECAUSE = {
+    'server_held_out_examples': 'it measures no model on common held-out'
+                                ' data unless --common_test_evaluation is'
+                                ' given',
+}
 
 
 def names() -> tuple[str, ...]:
@@ -106,12 +109,6 @@ def make_config(**values: Any) -> config_lib.RunConfig:
         f'--model={config.model} is a slimmable architecture for'
         f' --algorithm={" or ".join(slimmable)}; with --algorithm={name}'
         f' choose one of {", ".join(model_names.PLAIN_MODELS)}.')
-  if config.attack in _UPDATE_ATTACKS and not recipe_type.client_context:
-    raise config_lib.ConfigError(
-        f'--attack={config.attack} changes client updates inside the'
-        f' client computation, which --algorithm={name} does not expose;'
-        f' use --attack={attacks.LABEL_POISONING} (a data attack) or another'
-        ' algorithm.')
   config = recipe_type.check_config(config)
   for key, value in foreign.items():
     default, owners = others[key]
@@ -120,7 +117,72 @@ def make_config(**values: Any) -> config_lib.RunConfig:
           f'--{key}={value} is a setting of --algorithm={" or ".join(owners)},'
           f' which --algorithm={name} ignores; drop --{key} or use'
           f' --algorithm={owners[0]}.')
+  unread = config_lib.unread_settings(config,
+                                      recipe_type.settings_read(config))
+  if unread:
+    raise config_lib.ConfigError(unread_message(config, unread[0]))
   return config
+
+
+def readers(setting: str, value: Any = None) -> list[str]:
+  """The algorithms that read a shared setting (at `value`, if given).
+
+  From the recipes' declared `reads`, in registry order.
+  """
+  return [name for name, r in RECIPES.items() if setting in r.reads and (
+      value is None or config_lib.reads_value(r.reads, setting, value))]
+
+
+def ignored_by_help(setting: str) -> str:
+  """What `--helpfull` adds to a shared flag: the algorithms ignoring it.
+
+  '' when every algorithm reads every value of it.
+  """
+  ignoring = [n for n, r in RECIPES.items() if setting not in r.reads]
+  parts = [f'Ignored (refused) by --algorithm={", ".join(ignoring)}.'
+           ] if ignoring else []
+  parts += [f'{n} reads only {" or ".join(map(str, r.reads[setting]))}.'
+            for n, r in RECIPES.items() if r.reads.get(setting) is not None]
+  return ' '.join(parts)
+
+
+def unread_message(config: config_lib.RunConfig, setting: str) -> str:
+  """One line: `setting` is ignored by the run's algorithm; what to do."""
+  name = config.algorithm
+  recipe_type = RECIPES[name]
+  value = getattr(config, setting)
+  values = recipe_type.settings_read(config).get(setting, ())
+  why = recipe_type.ignored_because.get(
+      setting, _IGNORED_BECAUSE.get(setting, 'it does not read it'))
+  others = [n for n in readers(setting, value) if n != name]
+  use = (f', or use --algorithm={others[0]}' if len(others) == 1 else
+         f', or use one of --algorithm={", ".join(others)}' if others else '')
+  if values:  # It reads some values of the setting, not this one.
+    what = f'reads --{setting} only as {" or ".join(map(str, values))}'
+    fix = f'Choose one of those{use}'
+  else:
+    what = f'ignores --{setting}'
+    fix = f'Drop --{setting}{use}'
+  return (f'--{setting}={value} would be ignored: --algorithm={name} {what}:'
+          f' {why}. {fix}.')
+
+
+def check_workers(algorithm: str, num_workers: int) -> None:
+  """Refuses an algorithm that cannot run on `num_workers` remote workers.
+
+  Raises:
+    config.ConfigError: For several workers and a recipe whose round
+      returns per-client values (`Recipe.runs_on_several_workers`).
+  """
+  if num_workers > 1 and not get(algorithm).runs_on_several_workers:
+    able = [n for n, r in RECIPES.items() if r.runs_on_several_workers]
+    raise config_lib.ConfigError(
+        f'--algorithm={algorithm} cannot split its clients over'
+        f' {num_workers} workers: its round returns each client\'s values'
+        " (models or updates it keeps per client), which TFF's multi-worker"
+        ' context cannot return. Run it on one worker (--workers=host:port)'
+        ' or with --executor=local; on several workers run'
+        f' {", ".join(able)}.')
 
 
 def output_files() -> tuple[str, ...]:
