@@ -57,7 +57,8 @@ class AequaRewardsTest(tff_test_utils.TffTestCase):
          'Unknown contribution_assessment'),
         (dict(reward_exponent=0.0), 'reward_exponent must be'),
         (dict(p_min=0.5, p_max=0.4), 'p_min=0.5 exceeds p_max=0.4'),
-        (dict(aggregator='robust'), 'use --aggregator=mean'),
+        (dict(aggregator='robust'),
+         '--aggregator=robust would be ignored: --algorithm=aequa_rewards'),
     ):
       with self.subTest(overrides), self.assertRaisesRegex(
           config_lib.ConfigError, message):
