@@ -278,8 +278,8 @@ class _TimedSystem:
           ditto.paired_input(ds, self._personal.get(cid, anchor), self._lam)
           for cid, ds in zip(ids, datasets)])
       self._personal = {cid: out['personal']
-                        for cid, out in zip(ids, output['personal'])}
-      self._state = output['state']
+                        for cid, out in zip(ids, output.clients)}
+      self._state = output.state
     else:
       if system.startswith('d_ditto'):
         anchor = self._process.get_model_weights(self._state)

@@ -156,7 +156,7 @@ class AequaRewardsTest(tff_test_utils.TffTestCase):
     self.assertEqual(sent, sorted(set(sent)))
     self.assertLess(sent[0], sent[-1] / 4)
     # The metrics carry the round's totals.
-    totals = self.output.metrics['aggregator']
+    totals = self.output.metrics['client_work']
     self.assertEqual(totals['bytes_sent'],
                      sum(c['bytes_sent'] for c in self.output.clients))
     self.assertEqual(totals['bytes_received'],

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tests import tff_test_utils
 from tests.algorithms import digits_clients
@@ -118,8 +119,9 @@ class CgsvTest(tff_test_utils.TffTestCase):
     self.assertAllEqual(metrics['participants'], [1, 1, 1, 0, 0])
     self.assertAllClose(metrics['reputations'], r, atol=1e-6)
     self.assertAllClose(metrics['rewards'], q, atol=1e-5)
-    self.assertAllClose(output.state.aggregator['reputations'], r, atol=1e-6)
-    self.assertEqual(output.state.aggregator['round_num'], 1)
+    reputation = output.state.aggregator['reputation']
+    self.assertAllClose(reputation['reputations'], r, atol=1e-6)
+    self.assertEqual(reputation['round_num'], 1)
     # The server model moves by the aggregate.
     server = self.process.get_model_weights(output.state)
     moved = _flat(self.w0.trainable) - _flat(server.trainable)
@@ -202,6 +204,50 @@ class CgsvTest(tff_test_utils.TffTestCase):
     for values in output.clients:
       for a, b in zip(values['model'].trainable, server.trainable):
         self.assertAllClose(a, b, atol=1e-7)
+
+  def test_server_optimizer_moves_the_server_model_not_the_rewards(self):
+    # TFF's parts: the server optimizer acts on the server model only;
+    # each client's reward is the reputation-weighted aggregate itself.
+    clients = (0, 1, 2)
+    adam = cgsv.build_cgsv(
+        _SPEC.model_fn, _sgd(),
+        tff.learning.optimizers.build_adam(learning_rate=0.01),
+        num_clients=_NUM_CLIENTS, client_context=True)
+    outputs = [client_outputs.ClientModels(p).round(
+        self._state(p), clients, [_dataset(c) for c in clients])
+               for p in (self.process, adam)]
+    for sgd_client, adam_client in zip(*(o.clients for o in outputs)):
+      for a, b in zip(sgd_client['model'].trainable,
+                      adam_client['model'].trainable):
+        self.assertAllClose(a, b, atol=1e-6)
+    sgd_server, adam_server = (
+        _flat(p.get_model_weights(o.state).trainable)
+        for p, o in zip((self.process, adam), outputs))
+    # Adam's first step moves every weight by about its learning rate.
+    moved = np.abs(_flat(self.w0.trainable) - adam_server)
+    self.assertAllClose(np.median(moved), 0.01, rtol=0.1)
+    self.assertGreater(np.max(np.abs(sgd_server - adam_server)), 1e-3)
+
+  def test_a_weighted_aggregator_computes_the_weighted_mean(self):
+    clients = (0, 1, 2)
+    robust = cgsv.build_cgsv(
+        _SPEC.model_fn, _sgd(), num_clients=_NUM_CLIENTS,
+        model_aggregator=tff.learning.robust_aggregator(zeroing=False),
+        client_context=True)
+    outputs = [client_outputs.ClientModels(p).round(
+        self._state(p), clients, [_dataset(c) for c in clients])
+               for p in (self.process, robust)]
+    # Normalized updates (norm 0.5) stay under the initial clipping norm
+    # (1.0): the same round, and the clipping norm is released.
+    self.assertAllClose(outputs[0].metrics['aggregator']['reputations'],
+                        outputs[1].metrics['aggregator']['reputations'],
+                        atol=1e-6)
+    self.assertEqual(
+        outputs[1].metrics['aggregator']['aggregation']['clipped_count'], 0)
+    with self.assertRaisesRegex(TypeError, 'weighted'):
+      cgsv.build_cgsv(_SPEC.model_fn, _sgd(), num_clients=_NUM_CLIENTS,
+                      model_aggregator=tff.learning.dp_aggregator(
+                          noise_multiplier=0.1, clients_per_round=3))
 
   def test_an_index_outside_the_clients_fails_the_round(self):
     with self.assertRaisesRegex(Exception, 'client index must be <'):

@@ -123,21 +123,21 @@ class DittoTest(tff_test_utils.TffTestCase):
                                 lam=c['lam']) for c in clients])
     unfused = process.next(state, next_inputs)
     self.assertAllClose(
-        process.get_model_weights(fused['state']).trainable,
+        process.get_model_weights(fused.state).trainable,
         process.get_model_weights(unfused.state).trainable,
         atol=1e-6, rtol=1e-5)
-    self.assertAllClose(fused['metrics'], unfused.metrics, rtol=1e-5)
-    self.assertLen(fused['personal'], len(clients))
-    for got, want in zip(fused['personal'], personal):
+    self.assertAllClose(fused.metrics, unfused.metrics, rtol=1e-5)
+    self.assertLen(fused.clients, len(clients))
+    for got, want in zip(fused.clients, personal):
       self.assertAllClose(got['personal'].trainable,
                           want['personal'].trainable, atol=1e-6, rtol=1e-5)
       self.assertAllClose(got['loss'], want['loss'], rtol=1e-5)
       self.assertEqual(got['num_examples'], want['num_examples'])
     # Not vacuous: the round moved both models.
-    self.assertGreater(_distance(process.get_model_weights(fused['state']),
+    self.assertGreater(_distance(process.get_model_weights(fused.state),
                                  process.get_model_weights(state)), 0.01)
     self.assertGreater(
-        _distance(fused['personal'][0]['personal'], clients[0]['personal']),
+        _distance(fused.clients[0]['personal'], clients[0]['personal']),
         0.01)
     return fused
 
@@ -175,12 +175,12 @@ class DittoTest(tff_test_utils.TffTestCase):
         self._state(process),
         [ditto.paired_input(_dataset(i), self.w0, 0.5, client_context=True)
          for i in range(2)])
-    self.assertAllClose(fused['personal'][1]['personal'].trainable,
-                        benign['personal'][1]['personal'].trainable)
+    self.assertAllClose(fused.clients[1]['personal'].trainable,
+                        benign.clients[1]['personal'].trainable)
     # Scaled by 10 on one client of two: 4.5x that client's update apart.
-    benign_weights = process.get_model_weights(benign['state'])
+    benign_weights = process.get_model_weights(benign.state)
     self.assertGreater(
-        _distance(process.get_model_weights(fused['state']), benign_weights),
+        _distance(process.get_model_weights(fused.state), benign_weights),
         2 * _distance(benign_weights, self.w0))
 
   def test_paired_input_refuses_an_attack_without_client_context(self):

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tests import tff_test_utils
 from tests.algorithms import digits_clients
@@ -123,14 +124,35 @@ class IaflTest(tff_test_utils.TffTestCase):
       mean = np.average([u[v] for u in updates], axis=0, weights=_SIZES)
       self.assertAllClose(got, start - mean, atol=2e-6)
 
+  def test_server_optimizer_moves_the_server_model_not_the_mixtures(self):
+    # TFF's parts: the server optimizer acts on the server model (what a
+    # reset client receives); the mixtures are of the raw updates.
+    adam = iafl.build_iafl(
+        _SPEC.model_fn, _sgd(),
+        tff.learning.optimizers.build_adam(learning_rate=0.01),
+        num_clients=_NUM_CLIENTS, kappa=0.5, contribution_input=True,
+        client_context=True)
+    outputs = [self._round(client_outputs.ClientModels(p), self._state(p))
+               for p in (self.process, adam)]
+    for sgd_client, adam_client in zip(*(o.clients for o in outputs)):
+      self.assertAllEqual(sgd_client['chosen'], adam_client['chosen'])
+      for a, b in zip(sgd_client['model'].trainable,
+                      adam_client['model'].trainable):
+        self.assertAllClose(a, b, atol=1e-6)
+    server = adam.get_model_weights(outputs[1].state)
+    moved = np.concatenate([np.ravel(np.abs(a - b)) for a, b in zip(
+        self.w0.trainable, server.trainable)])
+    # Adam's first step moves every weight by about its learning rate.
+    self.assertAllClose(np.median(moved), 0.01, rtol=0.1)
+
   def test_each_client_averages_its_own_and_the_chosen_updates(self):
     models = client_outputs.ClientModels(self.process)
     output = self._round(models, self._state(self.process))
     k = [values['k'] for values in output.clients]
     self.assertAllEqual(k, _expected_k(_CONTRIBUTIONS, 0.5))
     self.assertAllEqual(k, [4, 3, 2, 4, 0])
-    self.assertAllEqual(output.metrics['aggregator']['k'], k + [0])
-    self.assertAllEqual(output.metrics['aggregator']['participants'],
+    self.assertAllEqual(output.metrics['reward']['k'], k + [0])
+    self.assertAllEqual(output.metrics['reward']['participants'],
                         [1, 1, 1, 1, 1, 0])
     self.assertFalse(any(values['reset'] for values in output.clients))
     self._check_mixtures(output, [self.w0] * len(_CLIENTS), self.w0)
@@ -158,7 +180,7 @@ class IaflTest(tff_test_utils.TffTestCase):
   def test_data_sizes_are_the_default_contributions_and_resets(self):
     output = self._round(client_outputs.ClientModels(self.resetting),
                          self._state(self.resetting), contributions=False)
-    metrics = output.metrics['aggregator']
+    metrics = output.metrics['reward']
     self.assertAllEqual(metrics['contributions'], [*_SIZES, 0])
     self.assertAllEqual(metrics['k'], [*_expected_k(_SIZES, 0.0), 0])
     self.assertAllEqual(metrics['k'], [2, 3, 4, 3, 3, 0])
@@ -187,7 +209,7 @@ class IaflTest(tff_test_utils.TffTestCase):
       self.assertEqual(values['k'], 0)
       for a, b in zip(values['model'].trainable, server.trainable):
         np.testing.assert_array_equal(a, b)
-    self.assertAllEqual(output.metrics['aggregator']['participants'],
+    self.assertAllEqual(output.metrics['reward']['participants'],
                         np.zeros(_NUM_CLIENTS))
 
   def test_bad_arguments(self):

@@ -69,9 +69,15 @@ Type signatures (`client_outputs`):
     C = D* (plain) or <data=D*, attack=A*, max_width=float32> (context)
     O = <min_width_update=float32[d_min], weight=float32,
          bytes_received=int64, bytes_sent=int64>
-    M = <client_work=<train=T>, aggregator=<bytes_received=int64,
-         bytes_sent=int64, min_width_aggregate=float32[d_min]>,
+    M = <distributor=(), client_work=<train=T, bytes_received=int64,
+         bytes_sent=int64>, aggregator=<min_width_aggregate=float32[d_min]>,
          finalizer=F>
+
+The parts are `tff.learning`'s (`client_outputs.compose`): a broadcast,
+the sandwich client work, the masked mean as the aggregator (each client
+sends its weighted update and weights restricted to its sub-network), and
+the server optimizer as the finalizer, after which a parameter no client
+trained keeps its value.
 """
 
 import collections
@@ -241,9 +247,13 @@ def build_aequa_rewards(
         weight=weight,
         bytes_received=(parameters + non_trainable_size) * BYTES_PER_PARAMETER,
         bytes_sent=parameters * BYTES_PER_PARAMETER)
-    return sums, trained['metrics'], report
+    # Each parameter's weights travel with its update (the masked mean);
+    # the update weight is the client's, for aggregators that read it.
+    return (tff.learning.templates.ClientResult(update=sums,
+                                                update_weight=weight),
+            trained['metrics'], report)
 
-  sums_type = client_update.type_signature.result[0]
+  sums_type = client_update.type_signature.result[0].update
 
   @tff.tensorflow.computation(sums_type)
   def masked_mean(sums):
@@ -254,42 +264,62 @@ def build_aequa_rewards(
     min_width_aggregate = tf.concat(
         [tf.boolean_mask(u, m > 0)
          for u, m in zip(tf.nest.flatten(update), min_masks)], axis=0)
-    return update, trained, tf.ensure_shape(min_width_aggregate, [d_min])
+    return (collections.OrderedDict(update=update, trained=trained),
+            tf.ensure_shape(min_width_aggregate, [d_min]))
 
   @tff.tensorflow.computation(weights_type, weights_type,
-                              masked_mean.type_signature.result[1])
+                              masked_mean.type_signature.result[0].trained)
   def keep_untrained(old, new, trained):
     return tff.learning.models.ModelWeights(
         trainable=tf.nest.map_structure(tf.where, trained, new.trainable,
                                         old.trainable),
         non_trainable=new.non_trainable)
 
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      server_optimizer, weights_type)
-  aggregate_metrics = fed_avg.metrics_aggregation(model_fn,
-                                                  metrics_aggregator)
-  initialize = client_outputs.build_initialize(model_fn, finalizer=finalizer)
+  @tff.federated_computation()
+  def no_state():
+    return tff.federated_value((), tff.SERVER)
 
-  def round_fn(state, client_data):
-    weights = tff.federated_broadcast(state.global_model_weights)
-    sums, local_metrics, report = tff.federated_map(
-        client_update, (weights, client_data))
-    update, trained, min_width_aggregate = tff.federated_map(
+  @tff.federated_computation(
+      no_state.type_signature.result,
+      tff.FederatedType(sums_type, tff.CLIENTS),
+      tff.FederatedType(np.float32, tff.CLIENTS))
+  def masked_mean_next(state, sums, weight):
+    del weight  # Each parameter's weights are in `sums`.
+    aggregate, min_width_aggregate = tff.federated_map(
         masked_mean, tff.federated_sum(sums))
-    finalized = finalizer.next(state.finalizer, state.global_model_weights,
-                               update)
-    new_weights = tff.federated_map(
-        keep_untrained,
-        (state.global_model_weights, finalized.result, trained))
-    new_state = client_outputs.next_state(state, new_weights,
-                                          finalizer=finalized.state)
-    metrics = client_outputs.round_metrics(
-        aggregate_metrics(local_metrics),
-        collections.OrderedDict(
-            bytes_received=tff.federated_sum(report.bytes_received),
-            bytes_sent=tff.federated_sum(report.bytes_sent),
-            min_width_aggregate=min_width_aggregate),
-        finalizer=finalized.measurements)
-    return new_state, metrics, report
+    return tff.templates.MeasuredProcessOutput(
+        state, aggregate, tff.federated_zip(collections.OrderedDict(
+            min_width_aggregate=min_width_aggregate)))
 
-  return client_outputs.build_process(initialize, round_fn, input_type)
+  optimizer_finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer, weights_type)
+
+  @tff.federated_computation(
+      optimizer_finalizer.next.type_signature.parameter[0],
+      tff.FederatedType(weights_type, tff.SERVER),
+      masked_mean_next.type_signature.result.result)
+  def finalizer_next(state, weights, aggregate):
+    # The server optimizer, then every parameter no client trained keeps its
+    # value (a zero mean update would still move it under momentum or Adam).
+    applied = optimizer_finalizer.next(state, weights, aggregate.update)
+    return tff.templates.MeasuredProcessOutput(
+        applied.state,
+        tff.federated_map(keep_untrained,
+                          (weights, applied.result, aggregate.trained)),
+        applied.measurements)
+
+  @tff.tensorflow.computation
+  def initial_weights():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  return client_outputs.compose(
+      initial_weights,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      client_outputs.build_client_work(
+          client_update,
+          fed_avg.metrics_aggregation(model_fn, metrics_aggregator),
+          summed_outputs=('bytes_received', 'bytes_sent')),
+      tff.templates.AggregationProcess(no_state, masked_mean_next),
+      tff.learning.templates.FinalizerProcess(
+          optimizer_finalizer.initialize, finalizer_next))
+

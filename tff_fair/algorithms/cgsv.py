@@ -55,18 +55,26 @@ Type signatures (`client_outputs`):
     next_with_client_outputs: (<S@SERVER, {C}@CLIENTS> ->
         <state=S@SERVER, metrics=M@SERVER, clients={O}@CLIENTS>)
     C = D* (plain) or <data=D*, attack=A*, model=W> (context)
-    S.aggregator = <reputations=float32[N], round_num=int32>
+    S.aggregator = <reputation=<reputations=float32[N], round_num=int32>,
+                    inner=the model aggregator's state>
     O = <model=W, phi=float32, reputation=float32, reward=float32>
-    M = <client_work=<train=T>, aggregator=<phis=float32[N],
+    M = <distributor=(), client_work=<train=T>, aggregator=<phis=float32[N],
          participants=float32[N], reputations=float32[N],
-         rewards=float32[N]>>
+         rewards=float32[N], aggregation=the model aggregator's>,
+         finalizer=the server optimizer's>
 
 with N = num_clients; in M, clients that did not take part have phi 0.
+The reputation-weighted mean is any weighted `tff.aggregators` factory's
+(`model_aggregator`: CGSV's is `MeanFactory`), and the server model moves
+by the aggregate through the server optimizer (CGSV's: plain SGD at rate
+1, the model plus the aggregate); each client's reward is the aggregate
+itself, sparsified.
 """
 
 import collections
 from collections.abc import Callable
 import math
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -174,9 +182,115 @@ def _check_arguments(num_clients, alpha, beta, norm_gamma) -> None:
       raise ValueError(f'{name} must be a finite number > 0, got {value}.')
 
 
+def build_reputation_aggregator(
+    update_type: tff.Type,
+    *,
+    num_clients: int,
+    alpha: float,
+    beta: float,
+    inner: tff.aggregators.WeightedAggregationFactory,
+    client_context: bool,
+) -> tff.templates.AggregationProcess:
+  """CGSV's aggregation: normalized updates weighted by reputations.
+
+  The value each client sends is `<update=g~_i, index=int32>` with its data
+  weight; a client's weight is its reputation r_i from the second round
+  on (steps 2 and 3 of the module docstring). The weighted mean itself is
+  `inner`'s (`tff.aggregators.MeanFactory()` is CGSV's; a robust or
+  compressed weighted factory aggregates the same weighted updates), so
+  every client is scored against what the server really applies.
+
+  Type signature of `next`:
+
+      (<S@SERVER, {<update=U, index=int32>}@CLIENTS, {float32}@CLIENTS> ->
+       <state=S@SERVER, result=U@SERVER,
+        measurements=<phis=float32[N], participants=float32[N],
+                      reputations=float32[N], rewards=float32[N],
+                      aggregation=I>@SERVER>)
+      S = <reputation=<reputations=float32[N], round_num=int32>, inner=...>
+
+  Without client context nobody is identified: data weights every round,
+  no reputation moves and every share is 1.
+  """
+  inner_process = inner.create(update_type, tff.TensorType(np.float32))
+  value_type = tff.types.to_type(collections.OrderedDict(
+      update=update_type, index=np.int32))
+
+  @tff.tensorflow.computation
+  def initial_reputations():
+    return collections.OrderedDict(reputations=tf.zeros([num_clients]),
+                                   round_num=tf.constant(0))
+
+  reputation_type = initial_reputations.type_signature.result
+
+  @tff.tensorflow.computation(reputation_type, np.int32, np.float32)
+  def client_weight(reputation, index, data_weight):
+    return tf.cond(reputation['round_num'] > 0,
+                   lambda: tf.gather(reputation['reputations'], index),
+                   lambda: data_weight)
+
+  @tff.tensorflow.computation(update_type, update_type, np.int32)
+  def score(normalized, aggregate, index):
+    if not client_context:  # Nobody to attribute the cosine to.
+      return collections.OrderedDict(phis=tf.zeros([num_clients]),
+                                     participants=tf.zeros([num_clients]))
+    phi = cosine(normalized, aggregate)
+    return collections.OrderedDict(
+        phis=client_outputs.one_hot_sum(index, phi, num_clients),
+        participants=client_outputs.one_hot_sum(index, 1.0, num_clients))
+
+  @tff.tensorflow.computation(reputation_type, score.type_signature.result)
+  def next_reputations(reputation, scores):
+    if client_context:
+      reputations = update_reputations(
+          reputation['reputations'], scores['phis'], scores['participants'],
+          alpha)
+      shares = reward_shares(reputations, beta)
+    else:  # Nobody identified: no reputation, everyone gets everything.
+      reputations = reputation['reputations']
+      shares = tf.ones([num_clients])
+    return collections.OrderedDict(
+        reputations=reputations,
+        round_num=reputation['round_num'] + 1), shares
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_zip(collections.OrderedDict(
+        reputation=tff.federated_eval(initial_reputations, tff.SERVER),
+        inner=inner_process.initialize()))
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(value_type, tff.CLIENTS),
+                             tff.FederatedType(np.float32, tff.CLIENTS))
+  def next_fn(state, value, data_weight):
+    if client_context:
+      weight = tff.federated_map(client_weight, (
+          tff.federated_broadcast(state.reputation), value.index,
+          data_weight))
+    else:
+      weight = data_weight
+    aggregated = inner_process.next(state.inner, value.update, weight)
+    scores = tff.federated_sum(tff.federated_map(score, (
+        value.update, tff.federated_broadcast(aggregated.result),
+        value.index)))
+    reputation, shares = tff.federated_map(next_reputations,
+                                           (state.reputation, scores))
+    return tff.templates.MeasuredProcessOutput(
+        tff.federated_zip(collections.OrderedDict(
+            reputation=reputation, inner=aggregated.state)),
+        aggregated.result,
+        tff.federated_zip(collections.OrderedDict(
+            phis=scores.phis, participants=scores.participants,
+            reputations=reputation.reputations, rewards=shares,
+            aggregation=aggregated.measurements)))
+
+  return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
 def build_cgsv(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
     *,
     num_clients: int,
     alpha: float = 0.95,
@@ -184,18 +298,28 @@ def build_cgsv(
     norm_gamma: float = 0.5,
     client_weighting: fed_avg.ClientWeighting = (
         fed_avg.ClientWeighting.NUM_EXAMPLES),
+    model_aggregator: Optional[
+        tff.aggregators.WeightedAggregationFactory] = None,
     metrics_aggregator: fed_avg.MetricsAggregator = None,
     client_context: bool = False,
 ) -> client_outputs.ProcessWithClientOutputs:
   """Builds CGSV (see the module docstring).
 
-  `next` and `next_with_client_outputs` take `{C}@CLIENTS` with C = D*
-  by default and `<data=D*, attack=A*, model=W>` under `client_context`;
-  their types are in the module docstring.
+  TFF's four parts (`client_outputs.compose`): a broadcast of the server
+  model; client work that trains each client's own model and sends its
+  normalized update; `build_reputation_aggregator` around `model_aggregator`;
+  the server optimizer applied to the aggregate. After the server step
+  each client receives its reward (the aggregate sparsified to its share)
+  on its own model. `next` and `next_with_client_outputs` take
+  `{C}@CLIENTS` with C = D* by default and `<data=D*, attack=A*, model=W>`
+  under `client_context`; their types are in the module docstring.
 
   Args:
     model_fn: No-arg callable returning a fresh `VariableModel`.
     client_optimizer_fn: Local optimizer.
+    server_optimizer_fn: Moves the server model by the aggregate (as a
+      gradient); default SGD with learning rate 1.0, CGSV's (the model
+      plus the aggregate). Clients' rewards are the aggregate itself.
     num_clients: How many clients there are; client indices (in the
       attack specs) lie in [0, num_clients).
     alpha: Weight of the past reputation (0.95 in CGSV).
@@ -205,6 +329,10 @@ def build_cgsv(
     client_weighting: Weights of the first round (and of every round
       without client context): `NUM_EXAMPLES` (CGSV's data size) or
       `UNIFORM`.
+    model_aggregator: A weighted `tff.aggregators` factory that computes
+      the reputation-weighted mean (default `MeanFactory()`, CGSV's; e.g.
+      `tff.learning.robust_aggregator()` or `compression_aggregator()`).
+      An unweighted one (the DP aggregator) would drop the reputations.
     metrics_aggregator: As in `fed_avg.build_fed_avg`.
     client_context: Per-client models and identities (module docstring).
 
@@ -214,74 +342,40 @@ def build_cgsv(
   Raises:
     ValueError: For num_clients < 1, alpha outside [0, 1], or beta or
       norm_gamma not > 0.
+    TypeError: For an unweighted `model_aggregator`.
   """
   _check_arguments(num_clients, alpha, beta, norm_gamma)
   fed_avg.check_client_weighting(client_weighting)
+  model_aggregator = model_aggregator or tff.aggregators.MeanFactory()
+  if not isinstance(model_aggregator,
+                    tff.aggregators.WeightedAggregationFactory):
+    raise TypeError(
+        'CGSV weighs each update by its reputation: model_aggregator must be'
+        f' a weighted tff.aggregators factory, got {model_aggregator!r}.')
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
   data_type = training_loop.data_type_of(model_fn)
   input_type = (fed_avg.context_type(data_type, model=weights_type)
                 if client_context else data_type)
-  reputation_type = tff.types.to_type(collections.OrderedDict(
-      reputations=tff.TensorType(np.float32, [num_clients]),
-      round_num=np.int32))
 
-  @tff.tensorflow.computation(weights_type, reputation_type, input_type)
-  def client_update(global_weights, reputation_state, client_data):
+  @tff.tensorflow.computation(weights_type, input_type)
+  def client_update(global_weights, client_data):
     spec, trained, update, data_weight = client_outputs.train_own_model(
         model_fn, client_optimizer_fn, client_data, client_context,
         global_weights, client_weighting)
     normalized = normalized_update(update, norm_gamma)
-    if client_context:
-      index = client_outputs.client_index(spec, num_clients)
-      weight = tf.cond(
-          reputation_state['round_num'] > 0,
-          lambda: tf.gather(reputation_state['reputations'], index),
-          lambda: data_weight)
-    else:
-      index = tf.constant(0)  # Nobody identified: all read entry 0.
-      weight = data_weight
-    sums = collections.OrderedDict(
-        update=tf.nest.map_structure(lambda t: weight * t, normalized),
-        weight=weight)
-    return sums, normalized, index, trained['metrics']
+    # Without context nobody is identified: every client reads entry 0.
+    index = (client_outputs.client_index(spec, num_clients)
+             if client_context else tf.constant(0))
+    return (tff.learning.templates.ClientResult(
+        update=collections.OrderedDict(update=normalized, index=index),
+        update_weight=data_weight),
+            trained['metrics'],
+            collections.OrderedDict(index=index, normalized=normalized))
 
-  sums_type = client_update.type_signature.result[0]
-  update_type = sums_type.update
-
-  @tff.tensorflow.computation(sums_type)
-  def weighted_mean(sums):
-    return tf.nest.map_structure(
-        lambda t: tf.math.divide_no_nan(t, sums['weight']), sums['update'])
-
-  @tff.tensorflow.computation(weights_type, update_type)
-  def apply_update(weights, update):
-    return client_outputs.apply_update(weights, update)
-
-  @tff.tensorflow.computation(update_type, update_type, np.int32)
-  def score(normalized, aggregate, index):
-    phi = cosine(normalized, aggregate)
-    if not client_context:  # Nobody to attribute the cosine to.
-      return phi, collections.OrderedDict(phis=tf.zeros([num_clients]),
-                                          participants=tf.zeros([num_clients]))
-    return phi, collections.OrderedDict(
-        phis=client_outputs.one_hot_sum(index, phi, num_clients),
-        participants=client_outputs.one_hot_sum(index, 1.0, num_clients))
-
-  scores_type = score.type_signature.result[1]
-
-  @tff.tensorflow.computation(reputation_type, scores_type)
-  def next_reputations(reputation_state, scores):
-    if client_context:
-      reputations = update_reputations(
-          reputation_state['reputations'], scores['phis'],
-          scores['participants'], alpha)
-      shares = reward_shares(reputations, beta)
-    else:  # Nobody identified: no reputation, everyone gets everything.
-      reputations = reputation_state['reputations']
-      shares = tf.ones([num_clients])
-    return collections.OrderedDict(
-        reputations=reputations,
-        round_num=reputation_state['round_num'] + 1), shares
+  update_type = client_update.type_signature.result[0].update.update
+  aggregator = build_reputation_aggregator(
+      update_type, num_clients=num_clients, alpha=alpha, beta=beta,
+      inner=model_aggregator, client_context=client_context)
 
   reward_type = tff.types.to_type(collections.OrderedDict(
       aggregate=update_type,
@@ -298,53 +392,43 @@ def build_cgsv(
   received_type = select_reward.type_signature.result
 
   @tff.tensorflow.computation(weights_type, tff.SequenceType(received_type),
-                              np.float32)
-  def receive(own_model, received, phi):
+                              update_type, update_type)
+  def receive(own_model, received, normalized, aggregate):
     reward = fed_avg.first_element(received)
     return collections.OrderedDict(
         model=client_outputs.apply_update(own_model, reward['update']),
-        phi=phi, reputation=reward['reputation'], reward=reward['reward'])
+        phi=cosine(normalized, aggregate),
+        reputation=reward['reputation'], reward=reward['reward'])
 
-  @tff.tensorflow.computation
-  def initial_reputations():
-    return collections.OrderedDict(reputations=tf.zeros([num_clients]),
-                                   round_num=tf.constant(0))
-
-  aggregate_metrics = fed_avg.metrics_aggregation(model_fn,
-                                                  metrics_aggregator)
-  initialize = client_outputs.build_initialize(
-      model_fn, aggregator_fn=initial_reputations)
-
-  def round_fn(state, client_data):
-    sums, normalized, index, local_metrics = tff.federated_map(
-        client_update, (tff.federated_broadcast(state.global_model_weights),
-                        tff.federated_broadcast(state.aggregator),
-                        client_data))
-    aggregate = tff.federated_map(weighted_mean, tff.federated_sum(sums))
-    new_weights = tff.federated_map(
-        apply_update, (state.global_model_weights, aggregate))
-    phi, scores = tff.federated_map(
-        score, (normalized, tff.federated_broadcast(aggregate), index))
-    scores = tff.federated_sum(scores)
-    reputation_state, shares = tff.federated_map(
-        next_reputations, (state.aggregator, scores))
+  def reward_fn(state, client_data, work, aggregated, finalized):
+    del finalized  # Rewards are the aggregate, not the server's step.
+    sent = work.result.outputs
     reward = tff.federated_zip(collections.OrderedDict(
-        aggregate=aggregate, reputations=reputation_state.reputations,
-        shares=shares))
+        aggregate=aggregated.result,
+        reputations=aggregated.measurements.reputations,
+        shares=aggregated.measurements.rewards))
     # Each client gets only its own sparsified aggregate, chosen by its
     # index (without context: index 0 and share 1 for all, the whole).
-    received = client_outputs.select_by_index(index, num_clients, reward,
-                                              select_reward)
+    received = client_outputs.select_by_index(sent.index, num_clients,
+                                              reward, select_reward)
     own_models = (client_data.model if client_context
                   else tff.federated_broadcast(state.global_model_weights))
-    clients = tff.federated_map(receive, (own_models, received, phi))
-    new_state = client_outputs.next_state(state, new_weights,
-                                          aggregator=reputation_state)
-    metrics = client_outputs.round_metrics(
-        aggregate_metrics(local_metrics),
-        collections.OrderedDict(
-            phis=scores.phis, participants=scores.participants,
-            reputations=reputation_state.reputations, rewards=shares))
-    return new_state, metrics, clients
+    return tff.federated_map(receive, (
+        own_models, received, sent.normalized,
+        tff.federated_broadcast(aggregated.result))), None
 
-  return client_outputs.build_process(initialize, round_fn, input_type)
+  @tff.tensorflow.computation
+  def initial_weights():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  return client_outputs.compose(
+      initial_weights,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      client_outputs.build_client_work(
+          client_update,
+          fed_avg.metrics_aggregation(model_fn, metrics_aggregator)),
+      aggregator,
+      tff.learning.templates.build_apply_optimizer_finalizer(
+          server_optimizer_fn or fed_avg.default_server_optimizer(),
+          weights_type),
+      reward_fn=reward_fn)

@@ -87,32 +87,156 @@ class ProcessWithClientOutputs(tff.learning.templates.LearningProcess):
     return self._next_with_client_outputs
 
 
-def build_process(
-    initialize_fn: tff.Computation,
-    round_fn: RoundFn,
-    client_input_type: Any,
-) -> ProcessWithClientOutputs:
-  """Traces `round_fn` into a `ProcessWithClientOutputs`.
+# What a client work's `next` returns at each client: the `ClientResult`
+# TFF's aggregators and finalizers take, and the values the process hands
+# back to its driver.
+CLIENT_RESULT = 'client_result'
+OUTPUTS = 'outputs'
+# reward_fn(state, client_data, client_work, aggregator, finalizer) ->
+# (outputs@CLIENTS, measurements@SERVER or None); see `compose`.
+RewardFn = Callable[..., tuple[Any, Any]]
+
+
+def build_client_work(
+    client_update: tff.Computation,
+    metrics_aggregation: tff.Computation,
+    *,
+    summed_outputs: Sequence[str] = (),
+    initial_state_fn: Optional[tff.Computation] = None,
+    next_state_fn: Optional[tff.Computation] = None,
+) -> tff.templates.MeasuredProcess:
+  """A client work whose clients also return values for the driver.
+
+  Type signature of `next`:
+
+      (<S@SERVER, {W}@CLIENTS, {C}@CLIENTS> -> <state=S@SERVER,
+       result={<client_result=ClientResult, outputs=O>}@CLIENTS,
+       measurements=<train=T, **summed>@SERVER>)
 
   Args:
-    initialize_fn: `( -> S@SERVER)`; S must be a
-      `tff.learning.templates.LearningAlgorithmState` (its
-      `global_model_weights` are the process's model weights).
-    round_fn: `(state, client_inputs) -> (state, metrics, clients)` on
-      federated values (server, server, clients), called while tracing.
-    client_input_type: One client's input type (unplaced).
+    client_update: `(W, C) -> <ClientResult, metrics, O>`, a TF computation
+      (as `fed_avg.build_client_work`'s, plus O).
+    metrics_aggregation: Aggregates the clients' metrics
+      (`fed_avg.metrics_aggregation`), released as `train`.
+    summed_outputs: Fields of O whose sum over clients is released beside
+      `train` (e.g. bytes sent).
+    initial_state_fn: No-arg TF computation of the state S (default `()`).
+    next_state_fn: `S -> S`, a TF computation run once a round (e.g. a
+      round counter); default: S is kept.
+  """
+  weights_type, data_type = client_update.type_signature.parameter
+
+  @tff.federated_computation()
+  def init_fn():
+    if initial_state_fn is None:
+      return tff.federated_value((), tff.SERVER)
+    return tff.federated_eval(initial_state_fn, tff.SERVER)
+
+  state_type = init_fn.type_signature.result
+
+  @tff.federated_computation(state_type,
+                             tff.FederatedType(weights_type, tff.CLIENTS),
+                             tff.FederatedType(data_type, tff.CLIENTS))
+  def next_fn(state, weights, client_data):
+    client_result, local_metrics, outputs = tff.federated_map(
+        client_update, (weights, client_data))
+    measurements = collections.OrderedDict(
+        train=metrics_aggregation(local_metrics))
+    for name in summed_outputs:
+      measurements[name] = tff.federated_sum(getattr(outputs, name))
+    new_state = (state if next_state_fn is None
+                 else tff.federated_map(next_state_fn, state))
+    return tff.templates.MeasuredProcessOutput(
+        new_state,
+        tff.federated_zip(collections.OrderedDict(
+            [(CLIENT_RESULT, client_result), (OUTPUTS, outputs)])),
+        tff.federated_zip(measurements))
+
+  return tff.templates.MeasuredProcess(init_fn, next_fn)
+
+
+def compose(
+    initial_model_weights_fn: tff.Computation,
+    model_weights_distributor: tff.learning.templates.DistributionProcess,
+    client_work: tff.templates.MeasuredProcess,
+    model_update_aggregator: tff.templates.AggregationProcess,
+    model_finalizer: tff.learning.templates.FinalizerProcess,
+    *,
+    reward_fn: Optional[RewardFn] = None,
+) -> ProcessWithClientOutputs:
+  """`tff.learning.templates.compose_learning_process` with client outputs.
+
+  The same four parts in the same order (distributor, client work,
+  aggregator of the `ClientResult`s, finalizer), the same state
+  (`LearningAlgorithmState`) and metrics (`<distributor, client_work,
+  aggregator, finalizer>`), with a client work from `build_client_work`
+  whose clients also return values O. `next_with_client_outputs` hands
+  them back:
+
+      next_with_client_outputs: (<S@SERVER, {C}@CLIENTS> ->
+          <state=S@SERVER, metrics=M@SERVER, clients={O}@CLIENTS>)
+
+  and `next` is the same round without them. With `reward_fn`, what each
+  client gets comes after the server step instead (CGSV's and IAFL's
+  rewards: the aggregate, or others' updates, applied to each client's own
+  model): `reward_fn(state, client_data, client_work_output,
+  aggregator_output, finalizer_output)` is called while tracing, on
+  federated values (the old state, the clients' inputs, and the three
+  parts' `MeasuredProcessOutput`s) and returns `(outputs@CLIENTS,
+  measurements@SERVER or None)`; measurements are released as
+  `metrics['reward']`.
+
+  Args:
+    initial_model_weights_fn: A TF computation of the initial weights.
+    model_weights_distributor: A `DistributionProcess`.
+    client_work: A `build_client_work` process.
+    model_update_aggregator: An `AggregationProcess` of the clients'
+      `ClientResult.update` weighted by `update_weight` (any
+      `tff.aggregators` factory's, or an algorithm's own).
+    model_finalizer: A `FinalizerProcess` of the aggregate (e.g.
+      `build_apply_optimizer_finalizer`: a server optimizer).
+    reward_fn: See above; default: the client work's outputs.
 
   Returns:
-    The process.
+    A `ProcessWithClientOutputs`.
   """
-  state_type = initialize_fn.type_signature.result
+  client_data_type = client_work.next.type_signature.parameter[2]
 
-  @tff.federated_computation(
-      state_type, tff.FederatedType(client_input_type, tff.CLIENTS))
-  def next_with_client_outputs(state, client_inputs):
-    return RoundOutput(*round_fn(state, client_inputs))
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
+        tff.federated_eval(initial_model_weights_fn, tff.SERVER),
+        model_weights_distributor.initialize(), client_work.initialize(),
+        model_update_aggregator.initialize(), model_finalizer.initialize()))
 
-  state_member = state_type.member
+  @tff.federated_computation(init_fn.type_signature.result, client_data_type)
+  def next_with_client_outputs(state, client_data):
+    distributed = model_weights_distributor.next(
+        state.distributor, state.global_model_weights)
+    work = client_work.next(state.client_work, distributed.result,
+                            client_data)
+    client_result = getattr(work.result, CLIENT_RESULT)
+    aggregated = model_update_aggregator.next(
+        state.aggregator, client_result.update, client_result.update_weight)
+    finalized = model_finalizer.next(
+        state.finalizer, state.global_model_weights, aggregated.result)
+    new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
+        finalized.result, distributed.state, work.state, aggregated.state,
+        finalized.state))
+    metrics = collections.OrderedDict(
+        distributor=distributed.measurements,
+        client_work=work.measurements, aggregator=aggregated.measurements,
+        finalizer=finalized.measurements)
+    if reward_fn is None:
+      clients = getattr(work.result, OUTPUTS)
+    else:
+      clients, reward_measurements = reward_fn(state, client_data, work,
+                                               aggregated, finalized)
+      if reward_measurements is not None:
+        metrics['reward'] = reward_measurements
+    return RoundOutput(new_state, tff.federated_zip(metrics), clients)
+
+  state_member = init_fn.type_signature.result.member
 
   @tff.tensorflow.computation(state_member)
   def get_model_weights(state):
@@ -126,7 +250,7 @@ def build_process(
         client_work=state.client_work, aggregator=state.aggregator,
         finalizer=state.finalizer)
 
-  return ProcessWithClientOutputs(initialize_fn, next_with_client_outputs,
+  return ProcessWithClientOutputs(init_fn, next_with_client_outputs,
                                   get_model_weights, set_model_weights)
 
 
@@ -135,58 +259,6 @@ def check_num_clients(num_clients) -> None:
   if isinstance(num_clients, bool) or not isinstance(
       num_clients, (int, np.integer)) or num_clients < 1:
     raise ValueError(f'num_clients must be an int >= 1, got {num_clients!r}.')
-
-
-def build_initialize(
-    model_fn,
-    aggregator_fn: Optional[tff.Computation] = None,
-    finalizer: Optional[tff.learning.templates.FinalizerProcess] = None,
-) -> tff.Computation:
-  """`( -> S@SERVER)`: a fresh model in a `LearningAlgorithmState`.
-
-  Args:
-    model_fn: No-arg callable returning a fresh `VariableModel`.
-    aggregator_fn: No-arg TF computation of the aggregation's initial state
-      (e.g. CGSV's reputations); default `()`.
-    finalizer: A finalizer process whose `initialize` gives the finalizer's
-      state; default `()`.
-  """
-
-  @tff.tensorflow.computation
-  def initial_weights():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
-  @tff.federated_computation()
-  def initialize():
-    empty = tff.federated_value((), tff.SERVER)
-    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        global_model_weights=tff.federated_eval(initial_weights, tff.SERVER),
-        distributor=empty, client_work=empty,
-        aggregator=(empty if aggregator_fn is None
-                    else tff.federated_eval(aggregator_fn, tff.SERVER)),
-        finalizer=empty if finalizer is None else finalizer.initialize()))
-
-  return initialize
-
-
-def next_state(state, weights, aggregator=None, finalizer=None):
-  """The round's new state (a federated value); other parts are kept."""
-  return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-      global_model_weights=weights, distributor=state.distributor,
-      client_work=state.client_work,
-      aggregator=state.aggregator if aggregator is None else aggregator,
-      finalizer=state.finalizer if finalizer is None else finalizer))
-
-
-def round_metrics(train, aggregator, **more):
-  """`<client_work=<train=...>, aggregator=..., **more>@SERVER`.
-
-  The layout of `compose_learning_process`'s metrics, so drivers read the
-  training metrics at `client_work/train` whatever the process.
-  """
-  return tff.federated_zip(collections.OrderedDict(
-      client_work=collections.OrderedDict(train=train),
-      aggregator=aggregator, **more))
 
 
 def select_by_index(index, num_clients: int, server_value,

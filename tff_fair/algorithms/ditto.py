@@ -37,9 +37,10 @@ The driver decides which data it passes; this module only computes.
 pass over each client's batches: per batch one global step and one personal
 step (anchored at w^t), as the reference's loop. It returns what
 `personalize` and then `next` would (the tests check equality), while
-reading and shipping each client's data once. It returns CLIENTS-placed
-values beside the state, so it needs a context that returns them (TFF's
-local runtime; one remote worker).
+reading and shipping each client's data once. It is FedAvg's four parts
+composed with the paired client work (`client_outputs.compose`), so it
+returns CLIENTS-placed values beside the state and needs a context that
+returns them (TFF's local runtime; one remote worker).
 
 The personal model a round returns is, by default, the average of its
 iterates (`average_personal_iterates`): on one client's skewed data, SGD at
@@ -56,8 +57,8 @@ Type signatures (`next` as `tff.learning.algorithms.build_weighted_fed_avg`'s):
     personalize_and_next:
                  (<S@SERVER, {<data=D*, personal=W, lam=float32>}@CLIENTS>
                   -> <state=S@SERVER, metrics=M@SERVER,
-                      personal={<personal=W, loss=float32,
-                                 num_examples=int64>}@CLIENTS>)
+                      clients={<personal=W, loss=float32,
+                                num_examples=int64>}@CLIENTS>)
 
 With `client_context=True` (`tff_fair.training` uses it) `next` takes
 `{<data=D*, attack=A*>}@CLIENTS` (`fed_avg.client_input`), so chosen clients
@@ -74,8 +75,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_fair.algorithms import training_loop
+from tff_fair.algorithms import client_outputs
 from tff_fair.algorithms import fed_avg
+from tff_fair.algorithms import training_loop
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 
@@ -322,37 +324,15 @@ def build_ditto(
       model_fn, client_optimizer_fn, personal_optimizer_fn,
       average_personal_iterates=average_personal_iterates,
       client_weighting=client_weighting, client_context=client_context)
-  aggregate_metrics = fed_avg.metrics_aggregation(model_fn,
-                                                  metrics_aggregator)
-
-  @tff.federated_computation(
-      state_type,
-      tff.FederatedType(paired_update.type_signature.parameter[1],
-                        tff.CLIENTS))
-  def personalize_and_next(state, clients):
-    # `compose_learning_process`'s `next` with the paired client update in
-    # place of the client work's.
-    distributed = parts.model_weights_distributor.next(
-        state.distributor, state.global_model_weights)
-    result, local_metrics, personal = tff.federated_map(
-        paired_update, (distributed.result, clients))
-    aggregated = parts.model_update_aggregator.next(
-        state.aggregator, result.update, result.update_weight)
-    finalized = parts.model_finalizer.next(
-        state.finalizer, state.global_model_weights, aggregated.result)
-    new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        finalized.result, distributed.state,
-        state.client_work,  # FedAvg's client work keeps no state.
-        aggregated.state, finalized.state))
-    metrics = tff.federated_zip(collections.OrderedDict(
-        distributor=distributed.measurements,
-        client_work=tff.federated_zip(collections.OrderedDict(
-            train=aggregate_metrics(local_metrics))),
-        aggregator=aggregated.measurements,
-        finalizer=finalized.measurements))
-    return collections.OrderedDict(state=new_state, metrics=metrics,
-                                   personal=personal)
-
+  # FedAvg's four parts with the paired client update in place of the
+  # client work's: the same state and metrics as `next`.
+  paired = client_outputs.compose(
+      parts.initial_model_weights_fn, parts.model_weights_distributor,
+      client_outputs.build_client_work(
+          paired_update,
+          fed_avg.metrics_aggregation(model_fn, metrics_aggregator)),
+      parts.model_update_aggregator, parts.model_finalizer)
+  personalize_and_next = paired.next_with_client_outputs
   return DittoProcess(global_process, personalize, personalize_and_next)
 
 
@@ -506,6 +486,6 @@ class PersonalModels:
         paired_input(dataset, start, self.lam(cid))
         for cid, dataset, start in zip(
             client_ids, datasets, self._starts(state, client_ids))])
-    self._keep(client_ids, output['personal'])
-    return tff.learning.templates.LearningProcessOutput(
-        output['state'], output['metrics'])
+    self._keep(client_ids, output.clients)
+    return tff.learning.templates.LearningProcessOutput(output.state,
+                                                        output.metrics)

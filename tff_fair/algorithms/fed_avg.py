@@ -362,6 +362,22 @@ def build_fed_avg(
       data_type=data_type))
 
 
+def build_update_aggregator(
+    model_aggregator: Optional[tff.aggregators.AggregationFactory],
+    weights_type: tff.Type,
+) -> tff.templates.AggregationProcess:
+  """The aggregation of weighted model updates, as TFF's FedAvg builds it.
+
+  `model_aggregator` (default `MeanFactory()`) over the trainable weights;
+  an unweighted factory (e.g. `tff.learning.dp_aggregator`) ignores the
+  weights (`tff.aggregators.as_weighted_aggregator`).
+  """
+  factory = model_aggregator or tff.aggregators.MeanFactory()
+  if isinstance(factory, tff.aggregators.UnweightedAggregationFactory):
+    factory = tff.aggregators.as_weighted_aggregator(factory)
+  return factory.create(weights_type.trainable, tff.TensorType(np.float32))
+
+
 class FedAvgParts(NamedTuple):
   """`build_fed_avg`'s components, in `compose_learning_process`'s order."""
   initial_model_weights_fn: tff.Computation
@@ -394,11 +410,6 @@ def build_fed_avg_parts(
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
   if server_optimizer_fn is None:
     server_optimizer_fn = default_server_optimizer()
-  aggregator_factory = model_aggregator or tff.aggregators.MeanFactory()
-  if isinstance(aggregator_factory,
-                tff.aggregators.UnweightedAggregationFactory):
-    aggregator_factory = tff.aggregators.as_weighted_aggregator(
-        aggregator_factory)
 
   @tff.tensorflow.computation
   def initial_weights_fn():
@@ -414,8 +425,7 @@ def build_fed_avg_parts(
                         client_context=client_context,
                         training_loop_fn=training_loop_fn,
                         data_type=data_type),
-      aggregator_factory.create(weights_type.trainable,
-                                tff.TensorType(np.float32)),
+      build_update_aggregator(model_aggregator, weights_type),
       tff.learning.templates.build_apply_optimizer_finalizer(
           server_optimizer_fn, weights_type),
   )

@@ -14,7 +14,9 @@ contributes more gets more of the others' updates. A round:
    its own update and the chosen clients' updates, and its model moves by
    it. kappa in [0, 1] sets how much is shared: kappa = 1 gives everyone
    all the updates, kappa = 0 makes k_i proportional to gamma_i.
-3. The server model moves by the weighted mean of all the round's updates.
+3. The server model moves by the weighted mean of all the round's updates
+   (FedAvg's step: `model_aggregator` and the server optimizer, by
+   default the plain weighted mean applied at rate 1).
 4. Optional stochastic reset: with probability `reset_probability` (per
    client and round, seeded) a client's model is replaced by the new server
    model instead.
@@ -50,10 +52,12 @@ Type signatures (`client_outputs`):
     next_with_client_outputs: (<S@SERVER, {C}@CLIENTS> ->
         <state=S@SERVER, metrics=M@SERVER, clients={O}@CLIENTS>)
     C = D* (plain) or <data=D*, attack=A*, model=W[, contribution=float32]>
-    S.aggregator = <round_num=int32>
+    S.client_work = <round_num=int32>
     O = <model=W, chosen=float32[N], k=int32, reset=bool>
-    M = <client_work=<train=T>, aggregator=<participants=float32[N],
-         contributions=float32[N], k=int32[N], resets=float32[N]>>
+    M = <distributor=(), client_work=<train=T>, aggregator=the model
+         aggregator's, finalizer=the server optimizer's,
+         reward=<participants=float32[N], contributions=float32[N],
+                 k=int32[N], resets=float32[N]>>
 
 with N = num_clients; `chosen` is 1 at the clients whose updates client i
 received besides its own. Without context M's vectors are zeros (nobody
@@ -155,6 +159,7 @@ def _check_arguments(num_clients, kappa, reset_probability, client_context,
 def build_iafl(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
     *,
     num_clients: int,
     kappa: float = 0.5,
@@ -163,19 +168,26 @@ def build_iafl(
     contribution_input: bool = False,
     client_weighting: fed_avg.ClientWeighting = (
         fed_avg.ClientWeighting.NUM_EXAMPLES),
+    model_aggregator: Optional[tff.aggregators.AggregationFactory] = None,
     metrics_aggregator: fed_avg.MetricsAggregator = None,
     client_context: bool = False,
 ) -> client_outputs.ProcessWithClientOutputs:
   """Builds IAFL (see the module docstring).
 
-  `next` and `next_with_client_outputs` take `{C}@CLIENTS` with C = D*
-  by default and `<data=D*, attack=A*, model=W>` (plus
-  `contribution=float32`) under `client_context`; their types are in the
-  module docstring.
+  TFF's four parts (`client_outputs.compose`) train the server model as
+  FedAvg does: a broadcast, client work that trains each client's own
+  model, `model_aggregator` of the updates and the server optimizer. After
+  the server step each client receives its mixture of the round's updates
+  (or a reset to the new server model). `next` and
+  `next_with_client_outputs` take `{C}@CLIENTS` with C = D* by default
+  and `<data=D*, attack=A*, model=W>` (plus `contribution=float32`) under
+  `client_context`; their types are in the module docstring.
 
   Args:
     model_fn: No-arg callable returning a fresh `VariableModel`.
     client_optimizer_fn: Local optimizer.
+    server_optimizer_fn: The server model's optimizer (of the aggregate, as
+      a gradient); default SGD with learning rate 1.0, IAFL's FedAvg step.
     num_clients: How many clients there are; client indices (in the
       attack specs) lie in [0, num_clients).
     kappa: Sharing level in [0, 1] (1: everyone gets every update).
@@ -186,6 +198,9 @@ def build_iafl(
       (`client_input(..., contribution=)`); default: their examples.
     client_weighting: Weights of the mixtures and of the server model's
       mean: `NUM_EXAMPLES` (default) or `UNIFORM`.
+    model_aggregator: Any `tff.aggregators` factory of the server model's
+      updates (default `MeanFactory()`, IAFL's). The mixtures are built
+      from the raw updates whatever it is.
     metrics_aggregator: As in `fed_avg.build_fed_avg`.
     client_context: Per-client models and identities (module docstring).
 
@@ -219,11 +234,13 @@ def build_iafl(
     # Without context every client lands in row 0: only the totals count.
     index = (client_outputs.client_index(spec, num_clients)
              if client_context else tf.constant(0))
-    return collections.OrderedDict(
-        index=index, update=update, weight=weight,
-        contribution=contribution), trained['metrics']
+    return (tff.learning.templates.ClientResult(update=update,
+                                                update_weight=weight),
+            trained['metrics'],
+            collections.OrderedDict(index=index, update=update, weight=weight,
+                                    contribution=contribution))
 
-  sent_type = client_update.type_signature.result[0]
+  sent_type = client_update.type_signature.result[2]
 
   @tff.tensorflow.computation
   def zeros():
@@ -258,14 +275,6 @@ def build_iafl(
   @tff.tensorflow.computation(stacked_type)
   def report(stacked):
     return stacked
-
-  @tff.tensorflow.computation(weights_type, stacked_type)
-  def server_update(weights, stacked):
-    mean = tf.nest.map_structure(
-        lambda rows: tf.math.divide_no_nan(
-            tf.reduce_sum(rows, axis=0), tf.reduce_sum(stacked['weights'])),
-        stacked['updates'])
-    return client_outputs.apply_update(weights, mean)
 
   @tff.tensorflow.computation(stacked_type, np.int32)
   def mixtures(stacked, round_num):
@@ -334,42 +343,41 @@ def build_iafl(
   def next_round(counter):
     return collections.OrderedDict(round_num=counter['round_num'] + 1)
 
-  aggregate_metrics = fed_avg.metrics_aggregation(model_fn,
-                                                  metrics_aggregator)
-  initialize = client_outputs.build_initialize(model_fn,
-                                               aggregator_fn=initial_round)
-
-  def round_fn(state, client_data):
-    sent, local_metrics = tff.federated_map(
-        client_update,
-        (tff.federated_broadcast(state.global_model_weights), client_data))
+  def reward_fn(state, client_data, work, aggregated, finalized):
+    del aggregated  # The mixtures are of the raw updates.
+    server_model = tff.federated_broadcast(finalized.result)
+    if not client_context:
+      return (tff.federated_map(as_client_values, server_model),
+              tff.federated_eval(nobody_identified, tff.SERVER))
+    sent = work.result.outputs
     stacked = tff.federated_aggregate(sent, zeros(), accumulate, merge,
                                       report)
-    new_weights = tff.federated_map(server_update,
-                                    (state.global_model_weights, stacked))
-    server_model = tff.federated_broadcast(new_weights)
-    if client_context:
-      mixed = tff.federated_map(mixtures,
-                                (stacked, state.aggregator.round_num))
-      # Each client receives only its own mixture, chosen by its index.
-      selected = client_outputs.select_by_index(sent.index, num_clients,
-                                                mixed, select_mixture)
-      clients = tff.federated_map(
-          receive, (client_data.model, server_model, selected))
-      by_index = tff.federated_zip(collections.OrderedDict(
-          participants=stacked.participants,
-          contributions=stacked.contributions, k=mixed.k,
-          resets=mixed.resets))
-    else:
-      clients = tff.federated_map(as_client_values, server_model)
-      by_index = tff.federated_eval(nobody_identified, tff.SERVER)
-    new_state = client_outputs.next_state(
-        state, new_weights,
-        aggregator=tff.federated_map(next_round, state.aggregator))
-    metrics = client_outputs.round_metrics(aggregate_metrics(local_metrics),
-                                           by_index)
-    return new_state, metrics, clients
+    mixed = tff.federated_map(mixtures,
+                              (stacked, state.client_work.round_num))
+    # Each client receives only its own mixture, chosen by its index.
+    selected = client_outputs.select_by_index(sent.index, num_clients,
+                                              mixed, select_mixture)
+    clients = tff.federated_map(
+        receive, (client_data.model, server_model, selected))
+    return clients, tff.federated_zip(collections.OrderedDict(
+        participants=stacked.participants,
+        contributions=stacked.contributions, k=mixed.k,
+        resets=mixed.resets))
 
-  return client_outputs.build_process(initialize, round_fn, input_type)
+  @tff.tensorflow.computation
+  def initial_weights():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
 
-
+  return client_outputs.compose(
+      initial_weights,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      # The round counter (the mixtures' seeds) is the client work's state.
+      client_outputs.build_client_work(
+          client_update,
+          fed_avg.metrics_aggregation(model_fn, metrics_aggregator),
+          initial_state_fn=initial_round, next_state_fn=next_round),
+      fed_avg.build_update_aggregator(model_aggregator, weights_type),
+      tff.learning.templates.build_apply_optimizer_finalizer(
+          server_optimizer_fn or fed_avg.default_server_optimizer(),
+          weights_type),
+      reward_fn=reward_fn)

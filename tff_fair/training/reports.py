@@ -38,9 +38,16 @@ def flatten(metrics: Mapping[str, Any], prefix: str = '') -> dict[str, float]:
 
 
 def training_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
-  """A round's training metrics of `next`, as `train_<name>`."""
-  return {k.replace(TRAIN_PREFIX, 'train_'): v
-          for k, v in flatten(metrics).items() if k.startswith(TRAIN_PREFIX)}
+  """A round's released metrics of `next`.
+
+  The clients' training metrics as `train_<name>`; every other scalar
+  measurement of the process's parts under its path joined by '_' (e.g.
+  `aggregator_zeroing_clipping_norm` of a robust aggregator,
+  `finalizer_update_non_finite`), so what an aggregator or a server
+  optimizer did shows in metrics.csv and TensorBoard.
+  """
+  return {(k.replace(TRAIN_PREFIX, 'train_') if k.startswith(TRAIN_PREFIX)
+           else k.replace('/', '_')): v for k, v in flatten(metrics).items()}
 
 
 def format_duration(seconds: float) -> str:

@@ -23,11 +23,6 @@ from tff_fair.training import config as config_lib
 from tff_fair.training.recipes import own_models
 
 ROUND_LOG = 'cgsv_rounds.csv'
-_OWN_SERVER_STEP = (
-    "CGSV's server moves the global model by the reputation-weighted"
-    ' aggregate as it is, and each client is rewarded with that same'
-    ' aggregate, sparsified (the paper\'s rule); a server optimizer would'
-    ' make the global model differ from what the rewards are cut from')
 ROUND_LOG_FIELDS = ('round', 'client', 'malicious', 'phi', 'reputation',
                     'reward_share')
 
@@ -66,16 +61,13 @@ class Cgsv(own_models.RewardedModels):
 
   name = 'cgsv'
   Settings = Settings
-  reads = {name: values for name, values in config_lib.READS_ALL.items()
-           if name not in ('aggregator', 'server_optimizer',
-                           'server_learning_rate')}
+  # The aggregator computes the reputation-weighted mean: a weighted one.
+  reads = {**config_lib.READS_ALL,
+           'aggregator': ('mean', 'robust', 'compression')}
   ignored_because = {
-      'aggregator': "CGSV aggregates the clients' normalized updates"
-                    ' weighted by their reputations and scores each client'
-                    " against that aggregate (the paper's rule): another"
-                    ' aggregator would change what the reputations measure',
-      'server_optimizer': _OWN_SERVER_STEP,
-      'server_learning_rate': _OWN_SERVER_STEP,
+      'aggregator': 'the DP aggregator weighs every client equally, and CGSV'
+                    ' weighs each update by its reputation (the paper\'s'
+                    ' rule)',
   }
   output_files = (ROUND_LOG,)
   client_state_dirs = (own_models.REWARDED_MODELS_DIR,)
@@ -88,7 +80,8 @@ class Cgsv(own_models.RewardedModels):
   def build_rewarding_process(self):
     settings = self.settings
     return cgsv_lib.build_cgsv(
-        self.model_fn, self.client_optimizer(),
+        self.model_fn, self.client_optimizer(), self.server_optimizer(),
+        model_aggregator=self.model_aggregator(),
         num_clients=len(self.context.client_ids), alpha=settings.cgsv_alpha,
         beta=settings.cgsv_beta, norm_gamma=settings.cgsv_norm,
         client_weighting=fed_avg.ClientWeighting.NUM_EXAMPLES,

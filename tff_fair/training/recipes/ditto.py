@@ -335,9 +335,9 @@ class Ditto(own_models.OwnModels):
     self._keep_personal(
         {(cid, self.lam(cid)): personal
          for cid, personal in zip(self._round.client_ids,
-                                  output['personal'])}, timer)
-    return tff.learning.templates.LearningProcessOutput(
-        output['state'], output['metrics'])
+                                  output.clients)}, timer)
+    return tff.learning.templates.LearningProcessOutput(output.state,
+                                                        output.metrics)
 
   def _keep_personal(self, outputs, timer: reports.PhaseTimer) -> None:
     """Chooses, checks and stores the round's personal models.

@@ -33,9 +33,6 @@ from tff_fair.training.recipes import own_models
 CONTRIBUTIONS = ('standalone', 'data_size')
 CONTRIBUTIONS_DIR = 'iafl_contributions'
 ROUND_LOG = 'iafl_rounds.csv'
-_OWN_SERVER_STEP = (
-    "IAFL's server model moves by the weighted mean of the round's updates"
-    " (the paper's FedAvg step; the model a reset client receives)")
 ROUND_LOG_FIELDS = ('round', 'client', 'malicious', 'contribution',
                     'others_shared', 'reset')
 
@@ -80,18 +77,13 @@ class Iafl(own_models.RewardedModels):
   name = 'iafl'
   Settings = Settings
   # Standalone contributions are judged on the common held-out sets.
-  reads = {**{name: values for name, values in config_lib.READS_ALL.items()
-              if name not in ('aggregator', 'server_optimizer',
-                              'server_learning_rate')},
+  reads = {**config_lib.READS_ALL, 'aggregator': ('mean', 'robust'),
            'server_held_out_examples': None}
   ignored_because = {
-      'aggregator': "IAFL's server gathers every client's own update to"
-                    " mix it into the others' models (the paper's rule): an"
-                    ' aggregator of the server model would leave those raw'
-                    ' updates as they are, so its robustness, compression'
-                    ' or privacy would not hold',
-      'server_optimizer': _OWN_SERVER_STEP,
-      'server_learning_rate': _OWN_SERVER_STEP,
+      'aggregator': "IAFL's server also gathers every client's raw update"
+                    " to mix it into the others' models (the paper's rule):"
+                    ' a compressed or private aggregate of the server model'
+                    ' would leave those updates as they are',
       'server_held_out_examples': 'with --iafl_contribution=data_size it'
                                   ' measures no model on common held-out'
                                   ' data unless --common_test_evaluation'
@@ -117,7 +109,8 @@ class Iafl(own_models.RewardedModels):
   def build_rewarding_process(self):
     settings = self.settings
     return iafl_lib.build_iafl(
-        self.model_fn, self.client_optimizer(),
+        self.model_fn, self.client_optimizer(), self.server_optimizer(),
+        model_aggregator=self.model_aggregator(),
         num_clients=len(self.context.client_ids), kappa=settings.iafl_kappa,
         reset_probability=settings.iafl_reset_probability,
         seed=self.config.seed, contribution_input=True,
