@@ -73,6 +73,32 @@ class PerClientTrainingTest(tff_test_utils.TffTestCase):
     with self.assertRaisesRegex(ValueError, 'epochs must be >= 1'):
       per_client_training.build_per_client_training(
           self.spec.model_fn, tff.learning.optimizers.build_sgdm(0.1), 0)
+    with self.assertRaisesRegex(ValueError, 'exactly one'):
+      per_client_training.build_per_client_training(
+          self.spec.model_fn, tff.learning.optimizers.build_sgdm(0.1), 1,
+          steps=1)
+
+  def test_steps_are_batches_cycling_through_the_data(self):
+    # 3 steps on a client of 2 batches: batch 1, batch 2, batch 1 again,
+    # each one SGD step, against the same steps taken eagerly.
+    (x, y), = _client_arrays(num_clients=1, per_client_examples=20)
+    comp = per_client_training.build_per_client_training(
+        self.spec.model_fn, tff.learning.optimizers.build_sgdm(0.1),
+        steps=3)
+    initial = self.spec.initial_weights(seed=0)
+    (trained,) = comp(initial, [_dataset(x, y)])
+    model = self.spec.build_keras(0)
+    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    for rows in (slice(0, 16), slice(16, 20), slice(0, 16)):
+      with tf.GradientTape() as tape:
+        value = loss(y[rows], model(x[rows]))
+      optimizer.apply_gradients(zip(
+          tape.gradient(value, model.trainable_variables),
+          model.trainable_variables))
+    self.assertAllClose(trained.trainable,
+                        [v.numpy() for v in model.trainable_variables],
+                        atol=1e-5)
 
 
 if __name__ == '__main__':

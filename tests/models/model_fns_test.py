@@ -40,6 +40,12 @@ class ModelSpecTest(tf.test.TestCase, parameterized.TestCase):
     self.assertIsInstance(variable_model, tff.learning.models.VariableModel)
     weights_type = tff.learning.models.weights_type_from_model(spec.model_fn)
     self.assertLen(weights_type.trainable, len(model.trainable_variables))
+    # The head is the output layer: the last trainable variables.
+    output_layer = [layer for layer in model.layers if layer.weights][-1]
+    head = model.trainable_variables[-spec.head_variables:]
+    self.assertEqual([v.name for v in head],
+                     [v.name for v in output_layer.trainable_variables])
+    self.assertEqual(head[-1].shape[-1], out_shape[-1])
 
   def test_initial_weights_are_seeded(self):
     spec = model_fns.build_model_spec(*_CASES[0][:2][:1], **_CASES[0][1])

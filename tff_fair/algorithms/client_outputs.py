@@ -16,7 +16,10 @@ such a process traces one round function into two computations:
                                 clients={O}@CLIENTS>)
 
 Both run the same round: the same state and metrics from the same inputs;
-`next` drops the clients' values. So the process runs wherever a
+`next` drops the clients' values. `compose` builds such a process from
+TFF's four parts (distributor, client work, aggregator, finalizer) with a
+client work whose clients also return values, and an optional reward step
+after the server step. So the process runs wherever a
 `LearningProcess` does (`tff.learning.programs.train_model`,
 `tff.simulation.run_training_process`, a loop of your own), and a driver
 that needs the values calls `next_with_client_outputs`. That needs a
@@ -25,12 +28,13 @@ context returning CLIENTS-placed values: TFF's local runtime (and
 The local runtime returns `clients` as a list in the order of the inputs.
 
 Processes whose clients each hold their own model (CGSV, IAFL) take it in
-the client input (`model_client_input`); `ClientModels` keeps them in
-memory between rounds for a loop of your own.
+the client input (`model_client_input`); `ClientModels`, the holder of
+per-client models (or parts of models: `tff_fair.models.parts`), keeps them
+in memory between rounds for a loop of your own.
 """
 
 import collections
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
@@ -40,6 +44,7 @@ import tensorflow_federated as tff
 from tff_fair.algorithms import fed_avg
 from tff_fair.algorithms import training_loop
 from tff_fair.algorithms import update_attacks
+from tff_fair.models import parts
 
 RoundFn = Callable[[Any, Any], tuple[Any, Any, Any]]
 
@@ -377,13 +382,22 @@ def one_hot_sum(index, value, num_clients: int) -> tf.Tensor:
 
 
 class ClientModels:
-  """Each client's own model, in memory, for a loop of your own.
+  """Each client's own model, or its own part of one, in memory.
 
-  For processes whose clients hold their own model (CGSV, IAFL): a round
-  gives each sampled client its model (the global model of the state the
-  first time it is sampled), runs `next_with_client_outputs` and keeps the
-  models it returns. Clients are identified by their index in
-  `[0, num_clients)`, which the process reads from the attack spec.
+  The holder of per-client models for a loop of your own
+  (`tff_fair.training` keeps the same entries on disk, versioned with the
+  checkpoints: `training.client_models.ClientModelStore`). An entry per
+  client, the part of the model it holds (`parts.WHOLE`, or FedRep's head),
+  and `model`: the whole model a client uses (its entry joined to the
+  global model).
+
+  `round` runs a process whose clients hold their own entry (CGSV, IAFL: a
+  whole model): each sampled client's input carries its entry (the global
+  model's part the first time it is sampled), `next_with_client_outputs`
+  returns each client's new one (`model`), and it is kept. Clients are
+  identified by their index in `[0, num_clients)`, which the process reads
+  from the attack spec. `ditto.PersonalModels` is the same holder with
+  Ditto's round.
 
       models = client_outputs.ClientModels(process)
       state = process.initialize()
@@ -394,22 +408,47 @@ class ClientModels:
         state = output.state
   """
 
-  def __init__(self, process: ProcessWithClientOutputs,
-               initial: Optional[Mapping[int, Any]] = None):
+  def __init__(self, process: tff.learning.templates.LearningProcess,
+               initial: Optional[Mapping[Hashable, Any]] = None,
+               part: parts.ModelPart = parts.WHOLE):
+    """Initializes the holder.
+
+    Args:
+      process: The process whose global model the entries join.
+      initial: Entries to start from, by client id.
+      part: What each client keeps of the model.
+    """
     self._process = process
-    self._models = dict(initial or {})
+    self._entries = dict(initial or {})
+    self.part = part
 
-  def __getitem__(self, index: int) -> tff.learning.models.ModelWeights:
-    return self._models[index]
+  def __getitem__(self, client_id: Hashable) -> Any:
+    return self._entries[client_id]
 
-  def __contains__(self, index: int) -> bool:
-    return index in self._models
+  def __contains__(self, client_id: Hashable) -> bool:
+    return client_id in self._entries
 
-  def get(self, index: int, state: Any) -> tff.learning.models.ModelWeights:
-    """Client `index`'s model, or the global model of `state`."""
-    if index in self._models:
-      return self._models[index]
-    return self._process.get_model_weights(state)
+  def __len__(self) -> int:
+    return len(self._entries)
+
+  def items(self):
+    return self._entries.items()
+
+  def keep(self, client_id: Hashable, entry: Any) -> None:
+    """Stores the client's new entry."""
+    self._entries[client_id] = entry
+
+  def get(self, client_id: Hashable, state: Any) -> Any:
+    """The client's entry, or the global model's part of `state`."""
+    if client_id in self._entries:
+      return self._entries[client_id]
+    return self.part.extract(self._process.get_model_weights(state))
+
+  def model(self, client_id: Hashable,
+            state: Any) -> tff.learning.models.ModelWeights:
+    """The whole model the client uses: its entry on the global model."""
+    return self.part.compose(self._process.get_model_weights(state),
+                             self.get(client_id, state))
 
   def round(
       self,
@@ -449,7 +488,7 @@ class ClientModels:
                                             extras)]
     output = self._process.next_with_client_outputs(state, inputs)
     for i, values in zip(indices, output.clients):
-      self._models[i] = as_model_weights(values['model'])
+      self.keep(i, as_model_weights(values['model']))
     return output
 
 

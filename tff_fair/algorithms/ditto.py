@@ -343,15 +343,15 @@ def _check_lengths(client_ids: Sequence[Hashable],
                      ' data sets.')
 
 
-class PersonalModels:
+class PersonalModels(client_outputs.ClientModels):
   """Each client's personal model, in memory, for a loop of your own.
 
-  Keeps `{client_id: ModelWeights}` between rounds around a `DittoProcess`:
-  a round trains the sampled clients' personal models with `personalize`
-  (anchored at the global model in `state`), keeps them, then runs `next`.
-  A client seen for the first time starts from the current global model.
-  Nothing is written to disk (`tff_fair.training` keeps personal models in
-  a versioned on-disk store instead).
+  `client_outputs.ClientModels` (the holder of per-client models) with
+  Ditto's round: it trains the sampled clients' personal models with
+  `personalize` (anchored at the global model in `state`), keeps them,
+  then runs `next`. A client seen for the first time starts from the
+  current global model. Nothing is written to disk (`tff_fair.training`
+  keeps personal models in a versioned on-disk store instead).
 
       personal = ditto.PersonalModels(process, lam=0.1)
       state = process.initialize()
@@ -373,42 +373,21 @@ class PersonalModels:
       initial: Optional[
           Mapping[Hashable, tff.learning.models.ModelWeights]] = None,
   ):
-    """Initializes the store.
+    """Initializes the holder.
 
     Args:
       process: A `DittoProcess`.
       lam: Ditto's lambda, one for all clients or one per client id.
       initial: Personal models to start from, by client id.
     """
-    self._process = process
+    super().__init__(process, initial)
     self._lam = lam
-    self._weights = dict(initial or {})
 
   def lam(self, client_id: Hashable) -> float:
     """The lambda of `client_id`."""
     if isinstance(self._lam, Mapping):
       return float(self._lam[client_id])
     return float(self._lam)
-
-  def __getitem__(
-      self, client_id: Hashable) -> tff.learning.models.ModelWeights:
-    return self._weights[client_id]
-
-  def __contains__(self, client_id: Hashable) -> bool:
-    return client_id in self._weights
-
-  def __len__(self) -> int:
-    return len(self._weights)
-
-  def items(self):
-    return self._weights.items()
-
-  def get(self, client_id: Hashable,
-          state: Any) -> tff.learning.models.ModelWeights:
-    """The personal model of `client_id`, or the global model of `state`."""
-    if client_id in self._weights:
-      return self._weights[client_id]
-    return self._process.get_model_weights(state)
 
   def personalize(
       self, state: Any, client_ids: Sequence[Hashable],
@@ -428,28 +407,14 @@ class PersonalModels:
     _check_lengths(client_ids, datasets)
     if not client_ids:
       return {}
-    inputs = [personal_input(dataset, start, self.lam(cid))
-              for cid, dataset, start in zip(
-                  client_ids, datasets, self._starts(state, client_ids))]
+    inputs = [personal_input(dataset, self.get(cid, state), self.lam(cid))
+              for cid, dataset in zip(client_ids, datasets)]
     return self._keep(client_ids, self._process.personalize(state, inputs))
-
-  def _starts(self, state, client_ids):
-    """Each client's personal model, or w^t for a client seen first."""
-    anchor = None
-    starts = []
-    for cid in client_ids:
-      start = self._weights.get(cid)
-      if start is None:
-        if anchor is None:
-          anchor = self._process.get_model_weights(state)
-        start = anchor
-      starts.append(start)
-    return starts
 
   def _keep(self, client_ids, outputs):
     results = {}
     for cid, out in zip(client_ids, outputs):
-      self._weights[cid] = out['personal']
+      self.keep(cid, out['personal'])
       results[cid] = collections.OrderedDict(
           loss=float(out['loss']), num_examples=int(out['num_examples']))
     return results
@@ -483,9 +448,8 @@ class PersonalModels:
     _check_lengths(client_ids, datasets)
     # Both models in one pass over each client's batches.
     output = self._process.personalize_and_next(state, [
-        paired_input(dataset, start, self.lam(cid))
-        for cid, dataset, start in zip(
-            client_ids, datasets, self._starts(state, client_ids))])
+        paired_input(dataset, self.get(cid, state), self.lam(cid))
+        for cid, dataset in zip(client_ids, datasets)])
     self._keep(client_ids, output.clients)
     return tff.learning.templates.LearningProcessOutput(output.state,
                                                         output.metrics)

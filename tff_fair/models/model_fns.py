@@ -94,12 +94,16 @@ class ModelSpec:
     input_spec: The batched element spec, `OrderedDict(x=..., y=...)`.
     masks_padding: Whether labels are padded sequences whose `PAD_LABEL`
       positions the loss and metrics ignore (as evaluation does).
+    head_variables: The trainable variables of the output layer (kernel
+      and bias), the last ones of the model: the head a client keeps of
+      its own in FedRep (`parts.head`); the others are the body.
   """
 
   name: str
   build_keras: KerasBuilder
   input_spec: object
   masks_padding: bool = False
+  head_variables: int = 2
 
   def model_fn(self) -> tff.learning.models.VariableModel:
     """Builds a fresh `VariableModel` (call inside each `model_fn`)."""

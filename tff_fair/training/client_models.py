@@ -1,8 +1,9 @@
 """Per-client state of any recipe, kept on disk between rounds.
 
-`ClientModelStore` keeps one model per client (Ditto's personal models
-today; FedRep's heads or pFedMe's local models tomorrow) with a small JSON
-metadata record each (e.g. Ditto's lambda), versioned in step with the
+`ClientModelStore` keeps one model, or one part of a model, per client
+(Ditto's personal models, FedRep's heads: `tff_fair.models.parts`) with a
+small JSON metadata record each (e.g. Ditto's lambda), versioned in step
+with the
 server checkpoints (`tff_fair.state.client_store`): the driver opens the
 version of the checkpoint it resumes from, commits each round's writes
 before that round's checkpoint and prunes after it. `RoundLog` is a
@@ -18,6 +19,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_fair import files
+from tff_fair.models import parts
 from tff_fair.state import client_store
 
 
@@ -26,20 +28,25 @@ def _to_arrays(weights: tff.learning.models.ModelWeights) -> list[np.ndarray]:
 
 
 class ClientModelStore:
-  """Disk-backed per-client models and metadata, versioned by round.
+  """Disk-backed per-client models (or parts) and metadata, by round.
 
   Attributes:
     root: Directory of the store.
+    part: What a client's entry holds of the model (`parts.WHOLE`: all).
   """
 
-  def __init__(self, root: str, template: tff.learning.models.ModelWeights):
+  def __init__(self, root: str, template: tff.learning.models.ModelWeights,
+               part: parts.ModelPart = parts.WHOLE):
     """Creates or opens the store under `root`.
 
     Args:
       root: Directory of the store.
-      template: Any weights of the model (shapes and dtypes).
+      template: Any weights of the whole model (shapes and dtypes).
+      part: What each client keeps of the model.
     """
     self.root = root
+    self.part = part
+    template = part.extract(template)
     self._num_trainable = len(template.trainable)
     self._store = client_store.ClientStateStore(root, _to_arrays(template))
     self._updated: list[str] = []
@@ -54,7 +61,7 @@ class ClientModelStore:
 
   def weights(self, client_id: str
               ) -> Optional[tff.learning.models.ModelWeights]:
-    """The client's model, or None if it has none yet."""
+    """The client's entry (its model or part), or None if it has none."""
     arrays = self._store.read(client_id)
     if arrays is None:
       return None
@@ -69,7 +76,7 @@ class ClientModelStore:
   def write(self, client_id: str, weights: tff.learning.models.ModelWeights,
             round_num: int,
             metadata: Optional[Mapping[str, Any]] = None) -> None:
-    """Stores the client's model of `round_num` (pending `commit`)."""
+    """Stores the client's entry of `round_num` (pending `commit`)."""
     self._store.write(client_id, _to_arrays(weights), round_num,
                       metadata=dict(metadata or {}))
     self._updated.append(client_id)
@@ -96,14 +103,17 @@ class ClientModelStore:
   def lookup(
       self, global_weights: tff.learning.models.ModelWeights
   ) -> Callable[[str], tff.learning.models.ModelWeights]:
-    """For evaluation: a client's model, else the global model.
+    """For evaluation: a client's whole model, else the global model.
 
-    Only for reports that say so: a client never trained has no model of
-    its own, and its global model must not be counted as one.
+    A client's entry joins the global model (`parts.ModelPart.compose`:
+    FedRep's head on the global body). Only for reports that say so: a
+    client never trained has no entry of its own, and its global model
+    must not be counted as one.
     """
     def weights_for(client_id: str) -> tff.learning.models.ModelWeights:
-      weights = self.weights(client_id)
-      return global_weights if weights is None else weights
+      entry = self.weights(client_id)
+      return (global_weights if entry is None
+              else self.part.compose(global_weights, entry))
 
     return weights_for
 

@@ -19,6 +19,7 @@ import tensorflow_federated as tff
 from tff_fair import attacks
 from tff_fair.algorithms import per_client_training
 from tff_fair.evaluation import per_client
+from tff_fair.models import parts
 from tff_fair.runtime import remote
 from tff_fair.state import round_state
 from tff_fair.training import client_models
@@ -167,31 +168,37 @@ class RunContext:
                                                   **options)
     return metrics
 
-  def train_locally(self, initial_weights: tff.learning.models.ModelWeights,
-                    epochs: int, tag: int
-                    ) -> dict[str, tff.learning.models.ModelWeights]:
+  def train_locally(
+      self, initial_weights: tff.learning.models.ModelWeights,
+      epochs: Optional[int] = None, tag: int = 0, *,
+      steps: Optional[int] = None,
+      optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+  ) -> dict[str, tff.learning.models.ModelWeights]:
     """One model per client, trained alone from `initial_weights`.
 
     Uses the plain architecture (for a slimmable model: the full width
-    without a width input; its weights have the same layout) and the
-    client optimizer.
+    without a width input; its weights have the same layout).
 
     Args:
       initial_weights: Where every client starts.
-      epochs: Passes over each client's training split.
+      epochs: Passes over each client's training split; or
+      steps: Batches of it (cycling through it as needed), e.g. Per-FedAvg's
+        adaptation steps.
       tag: Seeds the shuffles, as a round number would (distinct tags give
         independent shuffles).
+      optimizer: Default: the client optimizer of the shared settings.
 
     Returns:
       Client id -> its trained weights, for every client.
     """
     config = self.config
-    logging.info('Training every client alone for %d epoch(s).', epochs)
+    logging.info('Training every client alone for %s.',
+                 f'{epochs} epoch(s)' if steps is None else f'{steps} step(s)')
     computation = per_client_training.build_per_client_training(
         self.experiment.plain_model_spec.model_fn,
-        experiment_lib.build_optimizer(
+        optimizer or experiment_lib.build_optimizer(
             config.client_optimizer, config.client_learning_rate),
-        epochs,
+        epochs, steps=steps,
     )
     trained = {}
     # Groups of clients_per_round bound the memory of one call.
@@ -270,7 +277,8 @@ class RunContext:
     return [cid for cid in client_ids if cid not in self.malicious]
 
   def client_model_store(
-      self, name: str, template: tff.learning.models.ModelWeights
+      self, name: str, template: tff.learning.models.ModelWeights,
+      part: parts.ModelPart = parts.WHOLE,
   ) -> client_models.ClientModelStore:
     """The run's store of per-client models `<output_dir>/<name>/`.
 
@@ -278,9 +286,14 @@ class RunContext:
     writes before the round's checkpoint and prunes it after; a fallback to
     an older checkpoint needs that round's version. Declare `name` in the
     recipe's `client_state_dirs` so `--start_over` removes it.
+
+    Args:
+      name: The store's folder.
+      template: Any weights of the whole model.
+      part: What each client keeps (`parts.WHOLE`, or FedRep's head).
     """
     return self._add_store(name, client_models.ClientModelStore(
-        self._state_dir(name), template))
+        self._state_dir(name), template, part))
 
   def round_state_store(self, name: str, initial: Any = None
                         ) -> round_state.RoundStateStore:

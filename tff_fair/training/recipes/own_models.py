@@ -1,11 +1,13 @@
 """The base of algorithms whose every client keeps a model of its own.
 
-Ditto's personal models, and the models CGSV and IAFL reward each client
-with, live in one of the run's `ClientModelStore`s (`models_dir`), versioned
-with the checkpoints. Their evaluation is the same: per round, each client
-that has a model of its own on it (`test_*`) and every client on the global
-model (`global_test_*`); after the last round 'personalized' (the clients
-with a model of their own) and, when some client never trained,
+Ditto's personal models, the models CGSV and IAFL reward each client with,
+and FedRep's heads (a part of a model: `model_part`) live in one of the
+run's `ClientModelStore`s (`models_dir`), versioned with the checkpoints.
+A client's model is its entry joined to the global model
+(`parts.ModelPart.compose`). Their evaluation is the same: per round, each
+client that has a model of its own on it (`test_*`) and every client on the
+global model (`global_test_*`); after the last round 'personalized' (the
+clients with a model of their own) and, when some client never trained,
 'personalized_or_global' (every client with the model it would use).
 """
 
@@ -15,6 +17,7 @@ from typing import Any, ClassVar
 from absl import logging
 
 from tff_fair.algorithms import client_outputs
+from tff_fair.models import parts
 from tff_fair.training.recipes import recipe
 
 # The store of the models CGSV and IAFL reward their clients with.
@@ -29,7 +32,8 @@ class OwnModels(recipe.Recipe):
       `client_state_dirs`).
 
   Attributes:
-    own_models: The clients' models (`client_models.ClientModelStore`).
+    own_models: The clients' models or parts of models
+      (`client_models.ClientModelStore`).
   """
 
   models_dir: ClassVar[str] = ''
@@ -38,12 +42,18 @@ class OwnModels(recipe.Recipe):
     super().__init__(context)
     self.own_models = context.client_model_store(
         self.models_dir,
-        context.experiment.model_spec.initial_weights(self.config.seed))
+        context.experiment.model_spec.initial_weights(self.config.seed),
+        self.model_part())
+
+  def model_part(self) -> parts.ModelPart:
+    """What each client keeps of its own (the whole model by default)."""
+    return parts.WHOLE
 
   def own_model_or_global(self, client_id: str, global_weights):
-    """The client's own model; the global one before it first trains."""
-    weights = self.own_models.weights(client_id)
-    return global_weights if weights is None else weights
+    """The client's own entry; the global model's before it first trains."""
+    entry = self.own_models.weights(client_id)
+    return (self.own_models.part.extract(global_weights) if entry is None
+            else entry)
 
   def evaluation_models(self, global_weights, client_ids):
     """The own models of the clients that have one (`test_*`), the global
