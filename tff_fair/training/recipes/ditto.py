@@ -62,8 +62,10 @@ def check_lambda(name: str, value: Any) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
-  """Attributes:
+class Settings(own_models.PersonalTrainingSettings):
+  """Attributes (besides the personal model's training,
+  `own_models.PersonalTrainingSettings`, whose epochs the sequential
+  variant reads):
 
     ditto_lambda: Lambda of every client (when neither ditto_lambda_grid
       nor ditto_lambdas_file is given).
@@ -81,9 +83,6 @@ class Settings:
       same batches, as in the reference code; both models train in one
       pass over each client's data, `personalize_and_next`, except in a
       round choosing lambdas from a grid or on several workers).
-    personal_epochs: Personal-model epochs per round (sequential variant).
-    personal_optimizer / personal_learning_rate: Personal-model optimizer
-      (a rate of 0: the client learning rate).
     personal_iterate: The personal model a round keeps: 'average' (the
       mean of the round's iterates; stable) or 'last' (the last iterate, as
       the reference code; on skewed clients it can end a round collapsed
@@ -103,32 +102,19 @@ class Settings:
       '', 'JSON file {client_id: lambda} for every client.')
   ditto_variant: str = config_lib.setting(
       'sequential', 'update schedule.', choices=VARIANTS)
-  personal_epochs: int = config_lib.setting(
-      1, 'personal epochs per round (sequential).')
-  personal_optimizer: str = config_lib.setting(
-      'sgd', 'personal optimizer.', choices=config_lib.OPTIMIZERS)
-  personal_learning_rate: float = config_lib.setting(
-      0.0, 'personal learning rate (0: the client learning rate).')
   personal_iterate: str = config_lib.setting(
       'average', "personal model kept each round: the average of the"
       " round's iterates, or the last one (reference).",
       choices=PERSONAL_ITERATES)
 
   def __post_init__(self):
+    super().__post_init__()
     config_lib.check_choice('ditto_variant', self.ditto_variant, VARIANTS)
-    config_lib.check_choice('personal_optimizer', self.personal_optimizer,
-                            config_lib.OPTIMIZERS)
     config_lib.check_choice('personal_iterate', self.personal_iterate,
                             PERSONAL_ITERATES)
-    if self.personal_epochs < 1:
-      raise config_lib.ConfigError(
-          f'personal_epochs must be >= 1, got {self.personal_epochs}.')
     if self.ditto_lambda_every < 0:
       raise config_lib.ConfigError(
           f'ditto_lambda_every must be >= 0, got {self.ditto_lambda_every}.')
-    if self.personal_learning_rate != 0:  # 0: the client learning rate.
-      config_lib.check_learning_rate('personal_learning_rate',
-                                     self.personal_learning_rate)
     check_lambda('ditto_lambda', self.ditto_lambda)
     self.lambda_grid()  # Validates the grid.
     if self.ditto_lambda_grid and self.ditto_lambdas_file:
@@ -198,10 +184,7 @@ class Ditto(own_models.OwnModels):
           'ditto_lambda_grid chooses lambdas by validation loss, but'
           ' validation_fraction is 0; raise validation_fraction (e.g. 0.1)'
           ' or give one ditto_lambda.')
-    if settings.personal_learning_rate == 0:
-      return dataclasses.replace(config, settings=dataclasses.replace(
-          settings, personal_learning_rate=config.client_learning_rate))
-    return config
+    return own_models.resolve_personal_rate(config)
 
   @classmethod
   def needed_splits(cls, config):
@@ -232,8 +215,7 @@ class Ditto(own_models.OwnModels):
     settings = self.settings
     self._process = ditto_lib.build_ditto(
         self.model_fn, self.client_optimizer(), self.server_optimizer(),
-        personal_optimizer_fn=experiment_lib.build_optimizer(
-            settings.personal_optimizer, settings.personal_learning_rate),
+        personal_optimizer_fn=settings.personal_optimizer_fn(),
         model_aggregator=self.model_aggregator(),
         average_personal_iterates=settings.personal_iterate == 'average',
         client_context=True)

@@ -12,13 +12,72 @@ clients with a model of their own) and, when some client never trained,
 """
 
 from collections.abc import Mapping
+import dataclasses
 from typing import Any, ClassVar
 
 from absl import logging
 
 from tff_fair.algorithms import client_outputs
 from tff_fair.models import parts
+from tff_fair.training import config as config_lib
+from tff_fair.training import experiment as experiment_lib
 from tff_fair.training.recipes import recipe
+
+
+@dataclasses.dataclass(frozen=True)
+class PersonalTrainingSettings:
+  """How a client trains its personal model (or part) each round.
+
+  The settings personalization methods share, by one name each: a method
+  whose clients train a personal model or part by epochs of their own
+  (Ditto's personal model, FedRep's head) inherits them, so they mean one
+  thing wherever they are read. A knob of one method alone carries its
+  prefix (`ditto_lambda`, `fedrep_...`, `pfedme_...`, `per_fedavg_...`),
+  as does one whose meaning or default differs from these (pFedMe's
+  personal rate of its inner steps: `pfedme_personal_learning_rate`).
+
+  Attributes:
+    personal_epochs: Epochs per round of the personal model or part.
+    personal_optimizer / personal_learning_rate: Its optimizer (a rate of
+      0: the client learning rate, resolved by `resolve_personal_rate`).
+  """
+
+  personal_epochs: int = config_lib.setting(
+      1, 'epochs per round of each client\'s personal model or part.')
+  personal_optimizer: str = config_lib.setting(
+      'sgd', 'optimizer of the personal model or part.',
+      choices=config_lib.OPTIMIZERS)
+  personal_learning_rate: float = config_lib.setting(
+      0.0, 'learning rate of the personal model or part (0: the client'
+      ' learning rate).')
+
+  def __post_init__(self):
+    config_lib.check_choice('personal_optimizer', self.personal_optimizer,
+                            config_lib.OPTIMIZERS)
+    if self.personal_epochs < 1:
+      raise config_lib.ConfigError(
+          f'personal_epochs must be >= 1, got {self.personal_epochs}.')
+    if self.personal_learning_rate != 0:  # 0: the client learning rate.
+      config_lib.check_learning_rate('personal_learning_rate',
+                                     self.personal_learning_rate)
+
+  def personal_optimizer_fn(self):
+    """The personal optimizer (after `resolve_personal_rate`)."""
+    return experiment_lib.build_optimizer(self.personal_optimizer,
+                                          self.personal_learning_rate)
+
+
+def resolve_personal_rate(
+    config: config_lib.RunConfig) -> config_lib.RunConfig:
+  """`config` with a personal rate of 0 replaced by the client rate.
+
+  For `Recipe.check_config`: config.json then records the rate used.
+  """
+  settings = config.settings
+  if settings.personal_learning_rate == 0:
+    return dataclasses.replace(config, settings=dataclasses.replace(
+        settings, personal_learning_rate=config.client_learning_rate))
+  return config
 
 # The store of the models CGSV and IAFL reward their clients with.
 REWARDED_MODELS_DIR = 'client_models'
