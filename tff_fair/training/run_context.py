@@ -69,6 +69,8 @@ class RunContext:
                                   round_state.RoundStateStore]] = {}
     self._logs: list[client_models.RoundLog] = []
     self._common_held_out = None
+    # Per-client training computations, by what they train (train_locally).
+    self._local_training = {}
 
   @property
   def client_ids(self) -> Sequence[str]:
@@ -186,7 +188,9 @@ class RunContext:
         adaptation steps.
       tag: Seeds the shuffles, as a round number would (distinct tags give
         independent shuffles).
-      optimizer: Default: the client optimizer of the shared settings.
+      optimizer: Default: the client optimizer of the shared settings. The
+        computation is built once per (epochs, steps, optimizer object): a
+        recipe that adapts every round passes the same optimizer each time.
 
     Returns:
       Client id -> its trained weights, for every client.
@@ -194,12 +198,15 @@ class RunContext:
     config = self.config
     logging.info('Training every client alone for %s.',
                  f'{epochs} epoch(s)' if steps is None else f'{steps} step(s)')
-    computation = per_client_training.build_per_client_training(
-        self.experiment.plain_model_spec.model_fn,
-        optimizer or experiment_lib.build_optimizer(
-            config.client_optimizer, config.client_learning_rate),
-        epochs, steps=steps,
-    )
+    key = (epochs, steps, optimizer)
+    if key not in self._local_training:
+      self._local_training[key] = (
+          per_client_training.build_per_client_training(
+              self.experiment.plain_model_spec.model_fn,
+              optimizer or experiment_lib.build_optimizer(
+                  config.client_optimizer, config.client_learning_rate),
+              epochs, steps=steps))
+    computation = self._local_training[key]
     trained = {}
     # Groups of clients_per_round bound the memory of one call.
     step = config.clients_per_round

@@ -1,0 +1,202 @@
+"""Per-FedAvg: personalized FedAvg by model-agnostic meta-learning.
+
+Fallah, Mokhtari, Ozdaglar (NeurIPS 2020). The global model theta is
+trained so that one step of local gradient descent from it fits each
+client well: clients minimize F_i(theta - alpha grad F_i(theta)). A client's
+personalized model is that step (or a few) from the global model on its own
+training data (`build_adaptation`), never on its validation or test data.
+
+Each local meta-step reads two batches D, D' (three with D'' for the
+Hessian-free variant) of the client's data, in order:
+
+    theta' = theta - alpha grad f(theta; D)
+    g      = grad f(theta'; D')
+    first-order (fo):  theta <- step(theta, g)
+    Hessian-free (hf): theta <- step(theta, g - alpha h),
+        h = [grad f(theta + delta g; D'') - grad f(theta - delta g; D'')]
+            / (2 delta)          (a finite-difference Hessian-vector product)
+
+where `step` is the client optimizer (SGD at rate beta in the paper; any
+`tff.learning` optimizer here). A pass over the client's batches takes
+floor(batches / 2) meta-steps (3 for hf); a last unpaired batch is left out
+of that pass. The server is FedAvg's: the process is
+`fed_avg.build_fed_avg` with this local loop, so every TFF aggregator and
+server optimizer applies and `next` takes plain client datasets:
+
+    next: (<S@SERVER, {D*}@CLIENTS> -> <state=S@SERVER, metrics=M@SERVER>)
+
+(`{<data=D*, attack=A*>}@CLIENTS` with `client_context=True`). The
+training metrics count every forward pass of the meta-steps (2 per step
+for fo, 4 for hf); a client's update weight is the examples of D and D'
+(and D'').
+"""
+
+import collections
+from collections.abc import Callable
+import math
+from typing import Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_fair.algorithms import fed_avg
+from tff_fair.algorithms import per_client_training
+
+VARIANTS = ('fo', 'hf')
+ModelFn = Callable[[], tff.learning.models.VariableModel]
+
+
+def check_arguments(alpha: float, variant: str, delta: float) -> None:
+  """Raises `ValueError` for alpha or delta not > 0 or an unknown variant."""
+  if variant not in VARIANTS:
+    raise ValueError(f'Unknown Per-FedAvg variant {variant!r}; choose one'
+                     f' of {", ".join(VARIANTS)}.')
+  for name, value in (('alpha', alpha), ('delta', delta)):
+    if not (isinstance(value, (int, float)) and math.isfinite(value)
+            and value > 0):
+      raise ValueError(f'{name} must be a finite number > 0, got {value!r}.')
+
+
+def build_meta_loop(alpha: float, variant: str = 'fo',
+                    delta: float = 1e-3) -> fed_avg.TrainingLoopFn:
+  """Per-FedAvg's local loop, as `fed_avg.build_client_work` takes it.
+
+  Args:
+    alpha: The inner (personalization) step size.
+    variant: 'fo' (first-order) or 'hf' (Hessian-free).
+    delta: The finite-difference radius of 'hf'.
+
+  Returns:
+    `(model, optimizer) -> train(start, data, seed)` returning
+    `OrderedDict(weights, loss, num_examples, metrics)` (the loss: the mean
+    of f(theta'; D') over the meta-steps).
+  """
+  check_arguments(alpha, variant, delta)
+  batches_per_step = 2 if variant == 'fo' else 3
+
+  def build(model, optimizer):
+    weights = tff.learning.models.ModelWeights.from_model(model)
+    trainable = tuple(tf.nest.flatten(weights.trainable))
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
+
+    def assign(values):
+      for variable, value in zip(trainable, values):
+        variable.assign(value)
+
+    def gradient_at(values, batch):
+      """grad f(values; batch), its loss and examples (the model moves)."""
+      assign(values)
+      with tf.GradientTape() as tape:
+        output = model.forward_pass(batch, training=True)
+      return (tape.gradient(output.loss, trainable), output.loss,
+              tf.cast(output.num_examples, tf.int64))
+
+    def meta_step(state, batches):
+      opt_state, loss_sum, steps, examples = state
+      theta = tuple(tf.identity(v) for v in trainable)
+      grad, _, n_inner = gradient_at(theta, batches[0])
+      adapted = tuple(t - alpha * g for t, g in zip(theta, grad))
+      meta_grad, loss, n_outer = gradient_at(adapted, batches[1])
+      used = n_inner + n_outer
+      if variant == 'hf':
+        plus, _, n_hvp = gradient_at(
+            tuple(t + delta * g for t, g in zip(theta, meta_grad)),
+            batches[2])
+        minus, _, _ = gradient_at(
+            tuple(t - delta * g for t, g in zip(theta, meta_grad)),
+            batches[2])
+        meta_grad = tuple(
+            g - alpha * (p - m) / (2.0 * delta)
+            for g, p, m in zip(meta_grad, plus, minus))
+        used += n_hvp
+      opt_state, updated = optimizer.next(opt_state, theta, meta_grad)
+      assign(updated)
+      return opt_state, loss_sum + loss, steps + 1.0, examples + used
+
+    @tf.function
+    def train(start, data, seed):
+      del seed  # The loop draws nothing at random.
+      tf.nest.map_structure(lambda v, t: v.assign(t), weights, start)
+      # Consecutive batches in groups: (D, D') or (D, D', D'').
+      grouped = tf.data.Dataset.zip(tuple(
+          data.shard(batches_per_step, i) for i in range(batches_per_step)))
+      opt_state, loss_sum, steps, examples = grouped.reduce(
+          (optimizer.initialize(specs), tf.constant(0.0), tf.constant(0.0),
+           tf.constant(0, tf.int64)),
+          lambda state, batches: meta_step(state, batches))
+      del opt_state
+      return collections.OrderedDict(
+          weights=tf.nest.map_structure(tf.identity, weights),
+          loss=tf.math.divide_no_nan(loss_sum, steps),
+          num_examples=examples,
+          metrics=model.report_local_unfinalized_metrics())
+
+    return train
+
+  return build
+
+
+def build_per_fedavg(
+    model_fn: ModelFn,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+    *,
+    alpha: float = 0.01,
+    variant: str = 'fo',
+    delta: float = 1e-3,
+    client_weighting: fed_avg.ClientWeighting = (
+        fed_avg.ClientWeighting.NUM_EXAMPLES),
+    model_distributor: Optional[
+        tff.learning.templates.DistributionProcess] = None,
+    model_aggregator: Optional[tff.aggregators.AggregationFactory] = None,
+    metrics_aggregator: fed_avg.MetricsAggregator = None,
+    client_context: bool = False,
+) -> tff.learning.templates.LearningProcess:
+  """Builds Per-FedAvg's global model (see the module docstring).
+
+  Type signatures (`tff.learning.algorithms.build_weighted_fed_avg`'s):
+
+      initialize: ( -> S@SERVER)
+      next:       (<S@SERVER, {D*}@CLIENTS> ->
+                   <state=S@SERVER, metrics=M@SERVER>)
+
+  Args:
+    model_fn: No-arg callable returning a fresh `VariableModel`.
+    client_optimizer_fn: The meta-step's optimizer (the paper's SGD at rate
+      beta).
+    server_optimizer_fn: As in `fed_avg.build_fed_avg` (default SGD at 1.0).
+    alpha: The inner step size, also the personalization step's
+      (`build_adaptation`).
+    variant: 'fo' (first-order) or 'hf' (Hessian-free).
+    delta: The finite-difference radius of 'hf'.
+    client_weighting: As in `fed_avg.build_fed_avg`.
+    model_distributor: As in `fed_avg.build_fed_avg`.
+    model_aggregator: Any `tff.aggregators` factory.
+    metrics_aggregator: As in `fed_avg.build_fed_avg`.
+    client_context: Per-client attack specs; see `fed_avg.build_fed_avg`.
+
+  Returns:
+    A `tff.learning.templates.LearningProcess`.
+
+  Raises:
+    ValueError: For alpha or delta not > 0, or an unknown variant.
+  """
+  return fed_avg.build_fed_avg(
+      model_fn, client_optimizer_fn, server_optimizer_fn,
+      client_weighting=client_weighting, model_distributor=model_distributor,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator, client_context=client_context,
+      training_loop_fn=build_meta_loop(alpha, variant, delta))
+
+
+def build_adaptation(model_fn: ModelFn, alpha: float,
+                     steps: int = 1) -> tff.Computation:
+  """The personalized models: `steps` SGD steps at rate alpha per client.
+
+  `(<theta@SERVER, {D*}@CLIENTS> -> {theta_i}@CLIENTS)`: from the global
+  model, on each client's batches (give it the training data only).
+  """
+  check_arguments(alpha, VARIANTS[0], 1.0)
+  return per_client_training.build_per_client_training(
+      model_fn, tff.learning.optimizers.build_sgdm(learning_rate=alpha),
+      steps=steps)

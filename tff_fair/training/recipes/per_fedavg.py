@@ -1,0 +1,119 @@
+"""Per-FedAvg (Fallah et al. 2020): a global model made to adapt in one step.
+
+The global model trains by Per-FedAvg's meta-steps
+(`tff_fair.algorithms.per_fedavg`; first-order or Hessian-free), its
+server step FedAvg's. A client's personalized model is
+`per_fedavg_adapt_steps` SGD steps at rate alpha from the global model on
+the client's training data only (`RunContext.train_locally`): never its
+validation or test split. It is rebuilt from the current global model
+whenever the clients are measured, so nothing per client is kept between
+rounds.
+
+Per round the evaluation measures the adapted models (`test_*`) and the
+global model (`global_test_*`); after the last round 'global' and
+'personalized' (the adapted models).
+"""
+
+import dataclasses
+import math
+
+import tensorflow_federated as tff
+
+from tff_fair.algorithms import per_fedavg as per_fedavg_lib
+from tff_fair.training import config as config_lib
+from tff_fair.training.recipes import recipe
+
+# Shuffles of the adaptation steps: one fixed order, so a client's adapted
+# model is a function of the global model alone.
+ADAPTATION_TAG = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Attributes:
+
+    per_fedavg_variant: 'fo' (first-order) or 'hf' (Hessian-free).
+    per_fedavg_alpha: The inner step size of the meta-steps, also the
+      adaptation's (0: the client learning rate). The meta-step itself is
+      the client optimizer's, at the client learning rate (the paper's
+      beta).
+    per_fedavg_delta: 'hf': the radius of the finite-difference
+      Hessian-vector product.
+    per_fedavg_adapt_steps: SGD steps from the global model on a client's
+      training data that make its personalized model.
+  """
+
+  per_fedavg_variant: str = config_lib.setting(
+      'fo', 'fo (first-order) or hf (Hessian-free meta-steps).',
+      choices=per_fedavg_lib.VARIANTS)
+  per_fedavg_alpha: float = config_lib.setting(
+      0.0, 'inner and adaptation step size (0: the client learning rate);'
+      ' the meta-step is the client optimizer\'s.')
+  per_fedavg_delta: float = config_lib.setting(
+      1e-3, 'hf: finite-difference radius of the Hessian-vector product.')
+  per_fedavg_adapt_steps: int = config_lib.setting(
+      1, 'SGD steps from the global model on a client\'s training data that'
+      ' make its personalized model.', resumable=True)
+
+  def __post_init__(self):
+    config_lib.check_choice('per_fedavg_variant', self.per_fedavg_variant,
+                            per_fedavg_lib.VARIANTS)
+    if self.per_fedavg_alpha != 0:  # 0: the client learning rate.
+      config_lib.check_learning_rate('per_fedavg_alpha',
+                                     self.per_fedavg_alpha)
+    if not (math.isfinite(self.per_fedavg_delta)
+            and self.per_fedavg_delta > 0):
+      raise config_lib.ConfigError(
+          'per_fedavg_delta must be a finite number > 0, got'
+          f' {self.per_fedavg_delta}.')
+    if self.per_fedavg_adapt_steps < 1:
+      raise config_lib.ConfigError(
+          'per_fedavg_adapt_steps must be >= 1, got'
+          f' {self.per_fedavg_adapt_steps}.')
+
+
+class PerFedAvg(recipe.Recipe):
+  """Per-FedAvg's global model and each client's adapted model."""
+
+  name = 'per_fedavg'
+  Settings = Settings
+
+  @classmethod
+  def check_config(cls, config):
+    if config.settings.per_fedavg_alpha == 0:
+      return dataclasses.replace(config, settings=dataclasses.replace(
+          config.settings, per_fedavg_alpha=config.client_learning_rate))
+    return config
+
+  def __init__(self, context):
+    super().__init__(context)
+    # One object: `train_locally` builds its computation once.
+    self._adaptation_optimizer = tff.learning.optimizers.build_sgdm(
+        learning_rate=self.settings.per_fedavg_alpha)
+
+  def build_process(self):
+    settings = self.settings
+    return per_fedavg_lib.build_per_fedavg(
+        self.model_fn, self.client_optimizer(), self.server_optimizer(),
+        alpha=settings.per_fedavg_alpha,
+        variant=settings.per_fedavg_variant,
+        delta=settings.per_fedavg_delta,
+        model_aggregator=self.model_aggregator(), client_context=True)
+
+  def adapted_models(self, global_weights):
+    """Each client's personalized model: steps on its training split."""
+    return self.context.train_locally(
+        global_weights, tag=ADAPTATION_TAG,
+        steps=self.settings.per_fedavg_adapt_steps,
+        optimizer=self._adaptation_optimizer)
+
+  def evaluation_models(self, global_weights, client_ids):
+    """The adapted models (`test_*`) and the global one (`global_test_*`)."""
+    return {'': (self.adapted_models(global_weights), client_ids),
+            'global_': (global_weights, client_ids)}, {}
+
+  def final_evaluations(self, global_weights):
+    evaluations = super().final_evaluations(global_weights)
+    evaluations.update(self.context.final_metrics(
+        'personalized', self.adapted_models(global_weights), plain=True))
+    return evaluations
