@@ -1,6 +1,7 @@
 """The round driver on real digits: resume equivalence, baselines, releases."""
 
 import csv
+import json
 import os
 from unittest import mock
 
@@ -139,14 +140,46 @@ class BaselinesTest(tff_test_utils.TffTestCase):
         out, algorithm='fedavg_ft', partition='label_skew',
         classes_per_client=2, rounds=3, clients_per_round=4,
         finetune_epochs=3, eval_every=0))
-    self.assertEqual(set(result.evaluations), {'global', 'fine_tuned'})
+    self.assertEqual(set(result.evaluations),
+                     {'global', 'fine_tuned', 'validated'})
     # Two classes per client: a few local epochs beat the global model.
     self.assertGreater(np.mean(_accuracies(result, 'fine_tuned')),
                        np.mean(_accuracies(result, 'global')) + 0.1)
     with open(os.path.join(out, 'clients_final.csv')) as f:
       rows = list(csv.DictReader(f))
-    self.assertLen(rows, 8)
-    self.assertEqual({r['model'] for r in rows}, {'global', 'fine_tuned'})
+    self.assertLen(rows, 12)
+    self.assertEqual({r['model'] for r in rows},
+                     {'global', 'fine_tuned', 'validated'})
+    # Every client keeps some fine-tuning, chosen on its validation split.
+    with open(os.path.join(out, 'personalization.csv')) as f:
+      choices = list(csv.DictReader(f))
+    self.assertLen(choices, 4)
+    self.assertNotIn('global', {row['uses'] for row in choices})
+    self.assertGreater(np.mean(_accuracies(result, 'validated')),
+                       np.mean(_accuracies(result, 'global')) + 0.1)
+
+  def test_a_client_falls_back_where_fine_tuning_hurts(self):
+    # Two clients' training labels are noise (their validation and test
+    # labels are not): fine-tuning on them hurts, so on their validation
+    # splits they keep the global model, and say so per client.
+    out = self.create_tempdir().full_path
+    noise = os.path.join(self.create_tempdir().full_path, 'noise.json')
+    noisy = ['client_0000', 'client_0001']
+    with open(noise, 'w') as f:
+      json.dump(dict.fromkeys(noisy, 1.0), f)
+    result = driver.run(_config(
+        out, algorithm='fedavg_ft', partition='homogeneous', rounds=6,
+        clients_per_round=4, finetune_epochs=3, eval_every=0,
+        label_noise_file=noise))
+    with open(os.path.join(out, 'personalization.csv')) as f:
+      uses = {row['client']: row['uses'] for row in csv.DictReader(f)}
+    self.assertEqual([uses[cid] for cid in noisy], ['global', 'global'])
+    for cid in noisy:
+      self.assertEqual(result.evaluations['validated'][cid],
+                       result.evaluations['global'][cid])
+      # Not vacuous: fine-tuning did hurt them.
+      self.assertLess(result.evaluations['fine_tuned'][cid].accuracy,
+                      result.evaluations['global'][cid].accuracy)
 
   def test_common_test_evaluation_measures_each_model_on_the_pooled_splits(
       self):
@@ -158,13 +191,14 @@ class BaselinesTest(tff_test_utils.TffTestCase):
                     classes_per_client=2, rounds=3, clients_per_round=4,
                     finetune_epochs=3, eval_every=0)
     before = driver.run(_config(out, **settings))
-    self.assertEqual(set(before.evaluations), {'global', 'fine_tuned'})
+    self.assertEqual(set(before.evaluations),
+                     {'global', 'fine_tuned', 'validated'})
     after = driver.run(_config(out, common_test_evaluation=True, **settings))
     self.assertEqual(after.resumed_from_round, 3)
     self.assertEqual(set(after.evaluations), {
-        'global', 'fine_tuned', 'global:common_test',
-        'fine_tuned:common_test'})
-    for kind in ('global', 'fine_tuned'):
+        'global', 'fine_tuned', 'validated', 'global:common_test',
+        'fine_tuned:common_test', 'validated:common_test'})
+    for kind in ('global', 'fine_tuned', 'validated'):
       self.assertEqual(after.evaluations[kind], before.evaluations[kind])
     own = after.evaluations['global']
     pooled_size = sum(m.num_examples for m in own.values())
@@ -186,7 +220,7 @@ class BaselinesTest(tff_test_utils.TffTestCase):
                        1)
     with open(os.path.join(out, 'clients_final.csv')) as f:
       rows = list(csv.DictReader(f))
-    self.assertLen(rows, 16)
+    self.assertLen(rows, 24)
 
   def test_standalone_trains_each_client_alone(self):
     out = self.create_tempdir().full_path

@@ -113,7 +113,7 @@ class ClientEvaluator:
             f'Client {cid!r} has an empty test split; give every client test'
             ' examples (raise test_fraction or examples_per_client).'
         )
-      _weights_for(weights, cid).assign_weights_to(model)
+      weights_for_client(weights, cid).assign_weights_to(model)
       logits = np.concatenate([
           logits_fn(tf.constant(x[i:i + self._batch_size])).numpy()
           for i in range(0, len(x), self._batch_size)
@@ -138,8 +138,10 @@ def _metrics(logits: np.ndarray, labels: np.ndarray) -> ClientMetrics:
   )
 
 
-def _weights_for(source: WeightsSource,
-                 client_id: str) -> tff.learning.models.ModelWeights:
+def weights_for_client(source: WeightsSource, client_id: str
+                       ) -> tff.learning.models.ModelWeights:
+  """The weights `source` gives `client_id` (one model, a mapping or a
+  callable)."""
   if isinstance(source, tff.learning.models.ModelWeights):
     return source
   if isinstance(source, Mapping):

@@ -12,7 +12,9 @@ its training and validation data, so a collapsed personal model shows).
 Per round it releases `personal_*` statistics; its per-round evaluation
 measures the personalized models (`test_*`) and the global one
 (`global_test_*`); after the last round it reports 'personalized' (and
-'personalized_or_global' when some clients never trained).
+'personalized_or_global' when some clients never trained) and 'validated'
+(each client's choice of its personal model or the global one on its
+validation split: `personalization`).
 """
 
 from collections.abc import Mapping, Sequence
@@ -28,6 +30,7 @@ from tff_fair.evaluation import statistics
 from tff_fair.runtime import remote
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
+from tff_fair.training import personalization
 from tff_fair.training import reports
 from tff_fair.training.recipes import own_models
 
@@ -172,7 +175,7 @@ class Ditto(own_models.OwnModels):
 
   name = 'ditto'
   Settings = Settings
-  output_files = (ROUND_LOG,)
+  output_files = (ROUND_LOG, personalization.CHOICE_FILE)
   client_state_dirs = (PERSONAL_DIR,)
   models_dir = PERSONAL_DIR
 
@@ -210,6 +213,11 @@ class Ditto(own_models.OwnModels):
     self._seconds: dict[str, float] = {}
     self._round: Optional[_Round] = None
     self._process: Optional[ditto_lib.DittoProcess] = None
+
+  def final_evaluations(self, global_weights):
+    evaluations = super().final_evaluations(global_weights)
+    evaluations.update(self.validated_metrics(global_weights))
+    return evaluations
 
   def build_process(self):
     settings = self.settings

@@ -21,6 +21,7 @@ from tff_fair.algorithms import client_outputs
 from tff_fair.models import parts
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
+from tff_fair.training import personalization
 from tff_fair.training.recipes import recipe
 
 
@@ -152,6 +153,19 @@ class OwnModels(recipe.Recipe):
       evaluations.update(self.context.final_metrics('personalized_or_global',
                                                     lookup))
     return evaluations
+
+  def validated_metrics(self, global_weights):
+    """'validated': each client's choice of the global model and its own.
+
+    For personalization methods (a reward is not for its client to
+    decline): the better of the two on the client's validation split
+    (`personalization`); a client never trained has only the global model.
+    """
+    return personalization.validated_metrics(self.context, [
+        personalization.Candidate('global', global_weights),
+        personalization.Candidate(
+            'personalized', self.own_models.lookup(global_weights),
+            self.own_models.trained_client_ids())])
 
 
 

@@ -10,8 +10,9 @@ whenever the clients are measured, so nothing per client is kept between
 rounds.
 
 Per round the evaluation measures the adapted models (`test_*`) and the
-global model (`global_test_*`); after the last round 'global' and
-'personalized' (the adapted models).
+global model (`global_test_*`); after the last round 'global',
+'personalized' (the adapted models) and 'validated' (each client's choice
+of the two on its validation split: `personalization`).
 """
 
 import dataclasses
@@ -21,6 +22,7 @@ import tensorflow_federated as tff
 
 from tff_fair.algorithms import per_fedavg as per_fedavg_lib
 from tff_fair.training import config as config_lib
+from tff_fair.training import personalization
 from tff_fair.training.recipes import recipe
 
 # Shuffles of the adaptation steps: one fixed order, so a client's adapted
@@ -77,6 +79,7 @@ class PerFedAvg(recipe.Recipe):
 
   name = 'per_fedavg'
   Settings = Settings
+  output_files = (personalization.CHOICE_FILE,)
 
   @classmethod
   def check_config(cls, config):
@@ -114,6 +117,10 @@ class PerFedAvg(recipe.Recipe):
 
   def final_evaluations(self, global_weights):
     evaluations = super().final_evaluations(global_weights)
-    evaluations.update(self.context.final_metrics(
-        'personalized', self.adapted_models(global_weights), plain=True))
+    adapted = self.adapted_models(global_weights)
+    evaluations.update(self.context.final_metrics('personalized', adapted,
+                                                  plain=True))
+    evaluations.update(personalization.validated_metrics(self.context, [
+        personalization.Candidate('global', global_weights),
+        personalization.Candidate('personalized', adapted)]))
     return evaluations
