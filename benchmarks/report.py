@@ -150,11 +150,20 @@ class Results:
         'tables': self._tables,
     }
 
-  def write(self, path: str) -> None:
-    """Writes the results to `path` (atomically); '' writes nothing."""
-    self._stop.set()
+  def save(self, path: str) -> None:
+    """Writes the results so far to `path` (atomically); '' writes nothing.
+
+    A long benchmark saves after every part, so the file always holds what
+    has finished; `write` saves the last time.
+    """
     if not path:
       return
     text = json.dumps(self.as_dict(), indent=2) + '\n'
     files.write_atomically(path, lambda f: f.write(text))
-    print(f'Results: {path}', flush=True)
+
+  def write(self, path: str) -> None:
+    """Stops the load sampler and saves the results (see `save`)."""
+    self._stop.set()
+    self.save(path)
+    if path:
+      print(f'Results: {path}', flush=True)
