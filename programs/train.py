@@ -129,7 +129,15 @@ flags.DEFINE_string('output_dir', None, 'Checkpoints and results.')
 flags.DEFINE_enum('aggregator', _DEFAULTS.aggregator, config_lib.AGGREGATORS,
                   'Aggregation of the global model\'s client updates.')
 flags.DEFINE_float('dp_noise_multiplier', _DEFAULTS.dp_noise_multiplier,
-                   'Noise multiplier of --aggregator=dp.')
+                   'Noise multiplier of --aggregator=dp, below 0.1 per'
+                   ' client of a round (TFF\'s adaptive clipping).')
+flags.DEFINE_float('dp_delta', _DEFAULTS.dp_delta,
+                   '--aggregator=dp: the delta of the reported (epsilon,'
+                   ' delta), below 1/num_clients (0: 1/num_clients^1.1).')
+flags.DEFINE_float('dp_target_epsilon', _DEFAULTS.dp_target_epsilon,
+                   '--aggregator=dp: a privacy budget; the run takes the'
+                   ' smallest noise multiplier whose epsilon after --rounds'
+                   ' is at most this (0: use --dp_noise_multiplier).')
 flags.DEFINE_enum('attack', _DEFAULTS.attack, attacks.ATTACKS,
                   'Byzantine attack of the malicious clients.')
 flags.DEFINE_float('malicious_fraction', _DEFAULTS.malicious_fraction,

@@ -121,6 +121,23 @@ class RuntimeSettingsTest(parameterized.TestCase):
     self.assertIn('--max_concurrent_computation_calls=2 would be ignored',
                   errors[0])
 
+  def test_an_impossible_privacy_budget_is_refused_before_any_data(self):
+    status, errors, run = _run_program(
+        **_base_flags('fedavg'), aggregator='dp', clients_per_round=2,
+        rounds=50, dp_target_epsilon=1.0)
+    self.assertEqual(status, 2)
+    run.assert_not_called()
+    self.assertLen(errors, 1)
+    self.assertIn('dp_target_epsilon=1 cannot be reached in 50 rounds of 2'
+                  ' of 4 clients', errors[0])
+    self.assertIn('Sample more clients per round', errors[0])
+    status, errors, _ = _run_program(
+        **_base_flags('fedavg'), aggregator='dp', dp_noise_multiplier=0.3,
+        dp_target_epsilon=5.0)
+    self.assertEqual(status, 2)
+    self.assertIn('Give either --dp_noise_multiplier=0.3 or'
+                  ' --dp_target_epsilon=5.0, not both', errors[0])
+
   def test_zero_concurrency_is_refused(self):
     status, errors, _ = _run_program(
         **_base_flags('fedavg'), max_concurrent_computation_calls=0)

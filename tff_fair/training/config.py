@@ -23,6 +23,7 @@ from tff_fair import attacks
 from tff_fair import errors
 from tff_fair import files
 from tff_fair.models import names as model_names
+from tff_fair.privacy import accounting
 
 PARTITIONS = ('homogeneous', 'dirichlet', 'quantity_skew', 'label_skew',
               'natural')
@@ -90,7 +91,8 @@ RESUMABLE_FIELDS = frozenset({
 # algorithm's own settings are refused with any other algorithm by
 # `recipes.registry.make_config`.)
 SETTING_READERS = {
-    'dp_noise_multiplier': ('aggregator', ('dp',)),
+    **dict.fromkeys(('dp_noise_multiplier', 'dp_delta', 'dp_target_epsilon'),
+                    ('aggregator', ('dp',))),
     'attack_scale': ('attack', ('model_replacement',)),
     'alpha': ('partition', ('dirichlet',)),
     'dirichlet_top_up': ('partition', ('dirichlet',)),
@@ -203,7 +205,15 @@ class RunConfig:
       'mean' (weighted), 'robust' (tff.learning.robust_aggregator), 'dp'
       (tff.learning.dp_aggregator, unweighted, with dp_noise_multiplier),
       'compression' (tff.learning.compression_aggregator).
-    dp_noise_multiplier: Noise multiplier of the 'dp' aggregator.
+    dp_noise_multiplier: Noise multiplier of the 'dp' aggregator, in (0,
+      0.1 * clients_per_round) (`privacy.accounting.check`); resolved from
+      dp_target_epsilon when that is given.
+    dp_delta: The delta of the run's (epsilon, delta) guarantee, in (0,
+      1/num_clients); 0 resolves to 1/num_clients^1.1.
+    dp_target_epsilon: A privacy budget: the run takes the smallest noise
+      multiplier whose epsilon after `rounds` is at most this
+      (`privacy.accounting.noise_for_epsilon`; config.json records it);
+      0: none (dp_noise_multiplier is used).
     attack: One of `tff_fair.attacks.ATTACKS`.
     malicious_fraction: Fraction of clients that attack.
     label_noise_file: JSON {client_id: fraction} of each named client's
@@ -247,6 +257,8 @@ class RunConfig:
   max_concurrent_computation_calls: int = -1
   aggregator: str = 'mean'
   dp_noise_multiplier: float = 0.1
+  dp_delta: float = 0.0
+  dp_target_epsilon: float = 0.0
   attack: str = 'none'
   malicious_fraction: float = 0.0
   attack_scale: float = 10.0
@@ -337,6 +349,8 @@ class RunConfig:
       raise ConfigError(
           'dp_noise_multiplier must be >= 0, got'
           f' {self.dp_noise_multiplier}.')
+    if self.aggregator == 'dp':
+      self._resolve_privacy()
     if not (self.max_concurrent_computation_calls == -1
             or self.max_concurrent_computation_calls >= 1):
       raise ConfigError(
@@ -357,6 +371,43 @@ class RunConfig:
           f'--{name}={value} is read only with {wanted}, not with'
           f' --{other}={getattr(self, other)}; drop --{name} or use'
           f' {wanted}.')
+
+  def _resolve_privacy(self) -> None:
+    """The DP aggregator's delta and noise: checked, resolved, recorded."""
+    delta = self.dp_delta or accounting.default_delta(self.num_clients)
+    object.__setattr__(self, 'dp_delta', delta)
+    try:
+      if self.dp_target_epsilon:
+        both = ConfigError(
+            f'Give either --dp_noise_multiplier={self.dp_noise_multiplier}'
+            f' or --dp_target_epsilon={self.dp_target_epsilon}, not both:'
+            ' the target chooses the noise multiplier.')
+        given = self.dp_noise_multiplier != _DEFAULTS['dp_noise_multiplier']
+        try:
+          noise = accounting.noise_for_epsilon(
+              self.dp_target_epsilon, self.clients_per_round,
+              self.num_clients, self.rounds, delta)
+        except ValueError:
+          if given:
+            raise both from None
+          raise
+        # (A config resolved before holds the chosen noise already.)
+        if given and self.dp_noise_multiplier != noise:
+          raise both
+        object.__setattr__(self, 'dp_noise_multiplier', noise)
+      accounting.check(self.dp_noise_multiplier, self.clients_per_round,
+                       self.num_clients, delta)
+    except ConfigError:
+      raise
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
+
+  def privacy_epsilon(self, rounds: int) -> float:
+    """The global model's epsilon after `rounds` (at `dp_delta`); only for
+    the DP aggregator."""
+    return accounting.epsilon(self.dp_noise_multiplier,
+                              self.clients_per_round, self.num_clients,
+                              rounds, self.dp_delta)
 
   def _resolve_defaults(self) -> None:
     """Fills the settings left at 0 from the data set's defaults.

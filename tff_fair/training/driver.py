@@ -151,14 +151,19 @@ class Trainer:
     state, start_round, history = self.train(checkpoint_fallback)
     evaluations = self.recipe.final_evaluations(
         self.process.get_model_weights(state))
-    reports.write_final(config.output_dir, evaluations, self.malicious)
+    reports.write_final(config.output_dir, evaluations, self.malicious,
+                        privacy=reports.privacy(config, self.rounds_trained()))
     return RunResult(
-        rounds_completed=config.rounds if self.recipe.trains_federated else 0,
+        rounds_completed=self.rounds_trained(),
         resumed_from_round=start_round,
         evaluations={kind: dict(m) for kind, m in evaluations.items()},
         history=history,
         malicious=self.malicious,
     )
+
+  def rounds_trained(self) -> int:
+    """The federated rounds the final model has had (0 without rounds)."""
+    return self.config.rounds if self.recipe.trains_federated else 0
 
   def train(self, checkpoint_fallback: bool = False
             ) -> tuple[Any, int, list[dict[str, float]]]:
@@ -227,6 +232,7 @@ class Trainer:
         state = output.state
         released = reports.training_metrics(output.metrics)
         released.update(self.recipe.after_round(round_num))
+        released.update(reports.privacy(config, round_num))
       with timer.phase('client_state'):
         # Client state, then the checkpoint, then pruning: a kill between
         # any two leaves a consistent pair (see tff_fair.state.client_store).
@@ -272,10 +278,12 @@ class Trainer:
     personal = ('  personal_train_acc min='
                 f'{released["personal_train_accuracy_min"]:.4f}'
                 if 'personal_train_accuracy_min' in released else '')
+    privacy = (f'  epsilon={released["dp_epsilon"]:.3g}'
+               if 'dp_epsilon' in released else '')
     logging.info(
-        'round %d/%d  loss=%.4f  acc=%.4f%s%s  %.1f s/round  ETA %s',
+        'round %d/%d  loss=%.4f  acc=%.4f%s%s%s  %.1f s/round  ETA %s',
         round_num, config.rounds, released.get('train_loss', math.nan),
-        released.get('train_accuracy', math.nan), test, personal,
+        released.get('train_accuracy', math.nan), test, personal, privacy,
         released['seconds'], reports.format_duration(eta))
     logging.info('round %d seconds: %s', round_num, '  '.join(
         f'{name.removeprefix("seconds_")}={s:.2f}'

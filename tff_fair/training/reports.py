@@ -13,7 +13,7 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any
+from typing import Any, Optional
 
 from absl import logging
 import numpy as np
@@ -102,12 +102,29 @@ def test_statistics(
                             np.float32)
 
 
+def privacy(config: Any, rounds: int) -> dict[str, float]:
+  """The DP aggregator's guarantee after `rounds`, to release (else {}).
+
+  `dp_epsilon` at `dp_delta` for the global model and everything derived
+  from it (`privacy.accounting`), and the noise multiplier it used.
+  """
+  if config.aggregator != 'dp':
+    return {}
+  return {'dp_epsilon': config.privacy_epsilon(rounds),
+          'dp_delta': config.dp_delta,
+          'dp_noise_multiplier': config.dp_noise_multiplier}
+
+
 def write_final(
     output_dir: str,
     evaluations: Mapping[str, Mapping[str, ClientMetrics]],
     malicious: Sequence[str] = (),
+    privacy: Optional[Mapping[str, float]] = None,
 ) -> None:
-  """clients_final.csv and summary.json; logs a table per model kind."""
+  """clients_final.csv and summary.json; logs a table per model kind.
+
+  `privacy` (`privacy`'s release) goes to summary.json under 'privacy'.
+  """
   malicious = frozenset(malicious)
   fields = ['model', 'client', 'malicious', 'num_examples', 'loss',
             'accuracy', 'balanced_accuracy']
@@ -137,6 +154,13 @@ def write_final(
       summary[name] = {
           metric: dataclasses.asdict(stats) for metric, stats in
           per_client.summarize_clients(group).items()}
+  if privacy:
+    summary['privacy'] = dict(privacy)
+    logging.info(
+        'The global model (and all derived from it) is (%.4g, %.3g)-DP for'
+        ' each client\'s whole data (user level), by the RDP accountant for'
+        ' this run\'s sampling (docs/privacy.md says what is covered).',
+        privacy['dp_epsilon'], privacy['dp_delta'])
   files.write_atomically(os.path.join(output_dir, 'summary.json'),
                          lambda f: json.dump(summary, f, indent=2))
   for kind, metrics in evaluations.items():

@@ -113,7 +113,10 @@ class AequaRewards(recipe.Recipe):
            'server_held_out_examples': None}
   ignored_because = {
       'aggregator': 'it averages each parameter over the clients whose'
-                    ' sub-network holds it (its own aggregation)',
+                    ' sub-network holds it (its own aggregation), and each'
+                    ' client\'s update on the minimum-width sub-network goes'
+                    ' to the server unclipped and unnoised to assess its'
+                    ' contribution (no DP aggregator could cover it)',
   }
   runs_on_several_workers = False
 

@@ -65,9 +65,11 @@ class Cgsv(own_models.RewardedModels):
   reads = {**config_lib.READS_ALL,
            'aggregator': ('mean', 'robust', 'compression')}
   ignored_because = {
-      'aggregator': 'the DP aggregator weighs every client equally, and CGSV'
-                    ' weighs each update by its reputation (the paper\'s'
-                    ' rule)',
+      'aggregator': 'the DP aggregator weighs every client equally where'
+                    ' CGSV weighs each update by its reputation (the'
+                    ' paper\'s rule), and each client\'s reputation and'
+                    ' reward, computed from its unclipped, unnoised update,'
+                    ' would leak what the private aggregate hides',
   }
   output_files = (ROUND_LOG,)
   client_state_dirs = (own_models.REWARDED_MODELS_DIR,)

@@ -83,7 +83,9 @@ class Iafl(own_models.RewardedModels):
       'aggregator': "IAFL's server also gathers every client's raw update"
                     " to mix it into the others' models (the paper's rule):"
                     ' a compressed or private aggregate of the server model'
-                    ' would leave those updates as they are',
+                    ' would leave those updates as they are (with the DP'
+                    ' aggregator they would leak, unclipped and unnoised, to'
+                    ' other clients)',
       'server_held_out_examples': 'with --iafl_contribution=data_size it'
                                   ' measures no model on common held-out'
                                   ' data unless --common_test_evaluation'
