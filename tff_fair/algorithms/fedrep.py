@@ -71,9 +71,8 @@ one, never trained: the server model is not a model any client uses.
 import collections
 from collections.abc import Callable
 import numbers
-from typing import NamedTuple, Optional
+from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -83,15 +82,6 @@ from tff_fair.algorithms import training_loop
 from tff_fair.models import parts
 
 ModelWeights = tff.learning.models.ModelWeights
-
-
-class FedRepParts(NamedTuple):
-  """`build_fedrep`'s components, in `client_outputs.compose`'s order."""
-  initial_model_weights_fn: tff.Computation
-  model_weights_distributor: tff.learning.templates.DistributionProcess
-  client_work: tff.templates.MeasuredProcess
-  model_update_aggregator: tff.templates.AggregationProcess
-  model_finalizer: tff.learning.templates.FinalizerProcess
 
 
 class _Split:
@@ -114,6 +104,12 @@ class _Split:
                         non_trainable=list(body.non_trainable))
 
 
+def _bytes(structure) -> tf.Tensor:
+  """int64: the size of a structure's tensors, uncompressed, in bytes."""
+  return tf.add_n([tf.size(t, out_type=tf.int64) * t.dtype.size
+                   for t in tf.nest.flatten(structure)])
+
+
 def _check_count(name: str, value, minimum: int) -> None:
   if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
       or value < minimum):
@@ -121,15 +117,17 @@ def _check_count(name: str, value, minimum: int) -> None:
 
 
 def build_body_distributor(
-    weights_type: tff.Type, split: _Split, whole: bool
+    weights_type: tff.Type, head_variables: int, *, whole: bool = False
 ) -> tff.learning.templates.DistributionProcess:
   """Broadcasts the server model's body (with `whole`: the whole model).
 
   `next`: `(<()@SERVER, W@SERVER> -> <state=()@SERVER, result={B or
-  W}@CLIENTS, measurements=()@SERVER>)`.
+  W}@CLIENTS, measurements=()@SERVER>)`, B the body's `ModelWeights` (its
+  trainable variables and every non-trainable one).
   """
   if whole:
     return tff.learning.templates.build_broadcast_process(weights_type)
+  split = _Split(head_variables)
 
   @tff.tensorflow.computation(weights_type)
   def body_of(weights):
@@ -149,7 +147,7 @@ def build_body_distributor(
 
 def build_body_finalizer(
     server_optimizer: tff.learning.optimizers.Optimizer,
-    weights_type: tff.Type, split: _Split,
+    weights_type: tff.Type, head_variables: int,
 ) -> tff.learning.templates.FinalizerProcess:
   """The server optimizer applied to the body; the server's head is kept.
 
@@ -158,6 +156,7 @@ def build_body_finalizer(
   `next`: `(<S@SERVER, W@SERVER, body update@SERVER> -> <state=S@SERVER,
   result=W@SERVER, measurements=M@SERVER>)`.
   """
+  split = _Split(head_variables)
 
   @tff.tensorflow.computation(weights_type)
   def body_of(weights):
@@ -186,94 +185,6 @@ def build_body_finalizer(
       set_hparams_fn=on_body.set_hparams)
 
 
-def build_fedrep_parts(
-    model_fn: fed_avg.ModelFn,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    *,
-    head_variables: int,
-    personal_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    head_epochs: int = 1,
-    body_epochs: int = 1,
-    client_weighting: fed_avg.ClientWeighting = (
-        fed_avg.ClientWeighting.NUM_EXAMPLES),
-    model_aggregator: Optional[tff.aggregators.AggregationFactory] = None,
-    metrics_aggregator: fed_avg.MetricsAggregator = None,
-    client_context: bool = False,
-) -> FedRepParts:
-  """The components `build_fedrep` composes (same arguments and checks)."""
-  _check_count('head_epochs', head_epochs, 1)
-  _check_count('body_epochs', body_epochs, 1)
-  _check_count('head_variables', head_variables, 1)
-  fed_avg.check_client_weighting(client_weighting)
-  weights_type = tff.learning.models.weights_type_from_model(model_fn)
-  num_trainable = len(weights_type.trainable)
-  if head_variables >= num_trainable:
-    raise ValueError(
-        f'head_variables must be < the model\'s {num_trainable} trainable'
-        f' variables (the rest is the shared body), got {head_variables}.')
-  split = _Split(head_variables)
-  body_positions = range(num_trainable - head_variables)
-  head_positions = range(num_trainable - head_variables, num_trainable)
-  personal_optimizer_fn = personal_optimizer_fn or client_optimizer_fn
-  listed = ModelWeights(trainable=list(weights_type.trainable),
-                        non_trainable=list(weights_type.non_trainable))
-  body_type = tff.types.to_type(split.body(listed))
-  head_type = tff.types.to_type(split.head.extract(listed))
-  # The upload: the body's trainable variables, uncompressed.
-  body_bytes = sum(int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize
-                   for t in body_type.trainable)
-  data_type = training_loop.data_type_of(model_fn)
-  input_type = (fed_avg.context_type(data_type, model=head_type)
-                if client_context else data_type)
-  received_type = body_type if client_context else weights_type
-
-  @tff.tensorflow.computation(received_type, input_type)
-  def client_update(received, client_data):
-    if client_context:
-      body, head = received, client_data['model']
-    else:  # The server's whole model: its head is where the client starts.
-      body, head = split.body(received), split.head.extract(received)
-    start = split.join(body, head)
-    data, spec, _ = fed_avg.read_client_input(
-        client_data, client_context, start, derive_seed=False)
-    # Two models: the training metrics released are the body passes'.
-    head_trained = training_loop.build_training_loop(
-        model_fn(), personal_optimizer_fn,
-        trained_variables=head_positions)(start, data.repeat(head_epochs))
-    trained = training_loop.build_training_loop(
-        model_fn(), client_optimizer_fn,
-        trained_variables=body_positions)(head_trained['weights'],
-                                          data.repeat(body_epochs))
-    update, weight = fed_avg.update_and_weight(
-        body, dict(trained, weights=split.body(trained['weights'])), spec,
-        client_weighting)
-    return (tff.learning.templates.ClientResult(update=update,
-                                                update_weight=weight),
-            trained['metrics'],
-            collections.OrderedDict(
-                model=split.head.extract(trained['weights']),
-                head_loss=head_trained['loss'], body_loss=trained['loss'],
-                bytes_sent=tf.constant(body_bytes, tf.int64)))
-
-  @tff.tensorflow.computation
-  def initial_weights():
-    return ModelWeights.from_model(model_fn())
-
-  return FedRepParts(
-      initial_weights,
-      build_body_distributor(weights_type, split, whole=not client_context),
-      client_outputs.build_client_work(
-          client_update,
-          fed_avg.metrics_aggregation(model_fn, metrics_aggregator),
-          summed_outputs=('bytes_sent',)),
-      fed_avg.build_update_aggregator(model_aggregator, body_type),
-      build_body_finalizer(
-          server_optimizer_fn or fed_avg.default_server_optimizer(),
-          weights_type, split),
-  )
-
-
 def build_fedrep(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
@@ -291,10 +202,12 @@ def build_fedrep(
 ) -> client_outputs.ProcessWithClientOutputs:
   """Builds FedRep (see the module docstring).
 
-  TFF's four parts (`client_outputs.compose`, `build_fedrep_parts`): a
-  broadcast of the server's body (its whole model for plain data sets),
+  TFF's four parts (`client_outputs.compose`): a broadcast of the
+  server's body (`build_body_distributor`; its whole model for plain data
+  sets),
   client work training the head then the body, `model_aggregator` over the
-  body updates, and the server optimizer applied to the body. `next` and
+  body updates, and the server optimizer applied to the body
+  (`build_body_finalizer`). `next` and
   `next_with_client_outputs` take `{C}@CLIENTS` with C = D* by default and
   `<data=D*, attack=A*, model=H>` under `client_context`; their types are
   in the module docstring.
@@ -327,10 +240,70 @@ def build_fedrep(
       variables, or head_epochs or body_epochs < 1.
     TypeError: For a `client_weighting` that is not a `ClientWeighting`.
   """
-  return client_outputs.compose(*build_fedrep_parts(
-      model_fn, client_optimizer_fn, server_optimizer_fn,
-      head_variables=head_variables,
-      personal_optimizer_fn=personal_optimizer_fn, head_epochs=head_epochs,
-      body_epochs=body_epochs, client_weighting=client_weighting,
-      model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator, client_context=client_context))
+  _check_count('head_epochs', head_epochs, 1)
+  _check_count('body_epochs', body_epochs, 1)
+  _check_count('head_variables', head_variables, 1)
+  fed_avg.check_client_weighting(client_weighting)
+  weights_type = tff.learning.models.weights_type_from_model(model_fn)
+  num_trainable = len(weights_type.trainable)
+  if head_variables >= num_trainable:
+    raise ValueError(
+        f'head_variables must be < the model\'s {num_trainable} trainable'
+        f' variables (the rest is the shared body), got {head_variables}.')
+  split = _Split(head_variables)
+  body_positions = range(num_trainable - head_variables)
+  head_positions = range(num_trainable - head_variables, num_trainable)
+  personal_optimizer_fn = personal_optimizer_fn or client_optimizer_fn
+  listed = ModelWeights(trainable=list(weights_type.trainable),
+                        non_trainable=list(weights_type.non_trainable))
+  body_type = tff.types.to_type(split.body(listed))
+  head_type = tff.types.to_type(split.head.extract(listed))
+  data_type = training_loop.data_type_of(model_fn)
+  input_type = (fed_avg.context_type(data_type, model=head_type)
+                if client_context else data_type)
+  received_type = body_type if client_context else weights_type
+
+  @tff.tensorflow.computation(received_type, input_type)
+  def client_update(received, client_data):
+    if client_context:
+      body, head = received, client_data['model']
+    else:  # The server's whole model: its head is where the client starts.
+      body, head = split.body(received), split.head.extract(received)
+    start = split.join(body, head)
+    data, spec, _ = fed_avg.read_client_input(
+        client_data, client_context, start, derive_seed=False)
+    # Two models: the training metrics released are the body passes'.
+    head_trained = training_loop.build_training_loop(
+        model_fn(), personal_optimizer_fn,
+        trained_variables=head_positions)(start, data.repeat(head_epochs))
+    trained = training_loop.build_training_loop(
+        model_fn(), client_optimizer_fn,
+        trained_variables=body_positions)(head_trained['weights'],
+                                          data.repeat(body_epochs))
+    update, weight = fed_avg.update_and_weight(
+        body, dict(trained, weights=split.body(trained['weights'])), spec,
+        client_weighting)
+    return (tff.learning.templates.ClientResult(update=update,
+                                                update_weight=weight),
+            trained['metrics'],
+            collections.OrderedDict(
+                model=split.head.extract(trained['weights']),
+                head_loss=head_trained['loss'], body_loss=trained['loss'],
+                bytes_sent=_bytes(update)))
+
+  @tff.tensorflow.computation
+  def initial_weights():
+    return ModelWeights.from_model(model_fn())
+
+  return client_outputs.compose(
+      initial_weights,
+      build_body_distributor(weights_type, head_variables,
+                             whole=not client_context),
+      client_outputs.build_client_work(
+          client_update,
+          fed_avg.metrics_aggregation(model_fn, metrics_aggregator),
+          summed_outputs=('bytes_sent',)),
+      fed_avg.build_update_aggregator(model_aggregator, body_type),
+      build_body_finalizer(
+          server_optimizer_fn or fed_avg.default_server_optimizer(),
+          weights_type, head_variables))
