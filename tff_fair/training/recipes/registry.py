@@ -18,6 +18,7 @@ from tff_fair.training.recipes import ditto
 from tff_fair.training.recipes import fedavg
 from tff_fair.training.recipes import fedavg_ft
 from tff_fair.training.recipes import fedprox
+from tff_fair.training.recipes import fedrep
 from tff_fair.training.recipes import iafl
 from tff_fair.training.recipes import recipe
 from tff_fair.training.recipes import standalone
@@ -32,6 +33,7 @@ RECIPES: dict[str, type[recipe.Recipe]] = {r.name: r for r in (
     aequa_rewards.AequaRewards,
     cgsv.Cgsv,
     iafl.Iafl,
+    fedrep.FedRep,
 )}
 DEFAULT_ALGORITHM = 'fedavg'
 # Why an algorithm ignores a setting when its recipe does not say.
