@@ -17,13 +17,17 @@ low. The average of the epoch's iterates does not collapse with it.
 pass (Ditto's interleaved round: a plain model and a proximal one), from
 the very steps of the single loop.
 
+A loop may train only some of the trainable variables (`trained_variables`)
+and keep the others at their start values: FedRep trains a client's head
+with the body frozen, then the body with the head frozen.
+
 The loop is a `tf.function` so that TensorFlow orders the variable writes
 and reads (assign the start weights, train, read the result); called from
 inside a `tff.tensorflow.computation` it becomes part of that graph.
 """
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 import tensorflow as tf
@@ -42,12 +46,16 @@ class _LocalSteps:
 
   def __init__(self, model: tff.learning.models.VariableModel,
                optimizer: tff.learning.optimizers.Optimizer,
-               average_iterates: bool):
+               average_iterates: bool,
+               trained_variables: Optional[Sequence[int]] = None):
     self._model = model
     self._optimizer = optimizer
     self._average_iterates = average_iterates
     self._weights = tff.learning.models.ModelWeights.from_model(model)
-    self._trainable = tuple(tf.nest.flatten(self._weights.trainable))
+    trainable = tuple(tf.nest.flatten(self._weights.trainable))
+    self._positions = _check_positions(trained_variables, len(trainable))
+    # The variables the steps update; the others keep their start values.
+    self._trainable = tuple(trainable[i] for i in self._positions)
     self._specs = tuple(tf.TensorSpec(v.shape, v.dtype)
                         for v in self._trainable)
 
@@ -67,6 +75,7 @@ class _LocalSteps:
       output = self._model.forward_pass(batch, training=True)
     gradients = tape.gradient(output.loss, trainable)
     if anchors is not None:
+      anchors = [anchors[i] for i in self._positions]
       gradients = [g + lam * (v - a)
                    for g, v, a in zip(gradients, trainable, anchors)]
     opt_state, updated = self._optimizer.next(opt_state, trainable,
@@ -84,9 +93,12 @@ class _LocalSteps:
     _, loss_sum, batches, examples, average = state
     weights = tf.nest.map_structure(tf.identity, self._weights)
     if self._average_iterates:
+      trainable = list(tf.nest.flatten(weights.trainable))
+      for i, mean in zip(self._positions, average):
+        trainable[i] = mean
       weights = tff.learning.models.ModelWeights(
           trainable=tf.nest.pack_sequence_as(self._weights.trainable,
-                                             list(average)),
+                                             trainable),
           non_trainable=weights.non_trainable)
     return collections.OrderedDict(
         weights=weights,
@@ -94,6 +106,21 @@ class _LocalSteps:
         num_examples=examples,
         metrics=self._model.report_local_unfinalized_metrics(),
     )
+
+
+def _check_positions(trained_variables: Optional[Sequence[int]],
+                     count: int) -> tuple[int, ...]:
+  """The positions of the trained variables among `count` (default all)."""
+  if trained_variables is None:
+    return tuple(range(count))
+  positions = tuple(int(i) for i in trained_variables)
+  if (not positions or len(set(positions)) != len(positions)
+      or not all(0 <= i < count for i in positions)):
+    raise ValueError(
+        f'trained_variables must be distinct positions in [0, {count}) of'
+        " the model's trainable variables, at least one; got"
+        f' {list(trained_variables)}.')
+  return positions
 
 
 def _flat_trainable(weights: Any) -> Optional[tuple[Any, ...]]:
@@ -105,6 +132,7 @@ def build_training_loop(
     model: tff.learning.models.VariableModel,
     optimizer: tff.learning.optimizers.Optimizer,
     average_iterates: bool = False,
+    trained_variables: Optional[Sequence[int]] = None,
 ) -> Callable[..., collections.OrderedDict]:
   """Returns `train(start, data, anchor=None, lam=0.0)` for `model`.
 
@@ -114,6 +142,10 @@ def build_training_loop(
     average_iterates: Return the mean of the trainable weights after each
       step instead of the weights after the last step (the start weights
       when the data is empty). Non-trainable weights are the last ones.
+    trained_variables: Positions, in the order of the model's trainable
+      variables, of those the steps update (default: all). The others are
+      frozen: they keep their start values and take no gradient, and the
+      optimizer's state covers only the trained ones.
 
   Returns:
     A `tf.function` taking start weights (`ModelWeights`), a batched data set
@@ -121,8 +153,12 @@ def build_training_loop(
     returns `OrderedDict(weights, loss, num_examples, metrics)`: the trained
     (or averaged) weights, the mean loss over batches (each measured before
     its step), the examples seen and the model's unfinalized metrics.
+
+  Raises:
+    ValueError: For positions that repeat, lie outside the trainable
+      variables, or are none.
   """
-  steps = _LocalSteps(model, optimizer, average_iterates)
+  steps = _LocalSteps(model, optimizer, average_iterates, trained_variables)
 
   @tf.function
   def train(start: Any, data: tf.data.Dataset,

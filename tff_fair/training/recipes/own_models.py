@@ -90,6 +90,9 @@ class OwnModels(recipe.Recipe):
   Class attributes:
     models_dir: The store's folder in the output directory (also list it in
       `client_state_dirs`).
+    evaluates_global: Whether the global model is one a client could use,
+      and so is measured (`global_test_*`, 'global',
+      'personalized_or_global'); FedRep's is not (its head never trains).
 
   Attributes:
     own_models: The clients' models or parts of models
@@ -97,6 +100,7 @@ class OwnModels(recipe.Recipe):
   """
 
   models_dir: ClassVar[str] = ''
+  evaluates_global: ClassVar[bool] = True
 
   def __init__(self, context):
     super().__init__(context)
@@ -117,12 +121,14 @@ class OwnModels(recipe.Recipe):
 
   def evaluation_models(self, global_weights, client_ids):
     """The own models of the clients that have one (`test_*`), the global
-    model of every client (`global_test_*`), and how many clients have no
-    model of their own yet (`personal_clients_untrained`).
+    model of every client (`global_test_*`, if `evaluates_global`), and how
+    many clients have no model of their own yet
+    (`personal_clients_untrained`).
     """
     trained = set(self.own_models.trained_client_ids())
     personalized = [cid for cid in client_ids if cid in trained]
-    models = {'global_': (global_weights, client_ids)}
+    models = ({'global_': (global_weights, client_ids)}
+              if self.evaluates_global else {})
     if personalized:
       models[''] = (self.own_models.lookup(global_weights), personalized)
     return models, {'personal_clients_untrained': float(
@@ -134,9 +140,11 @@ class OwnModels(recipe.Recipe):
     A client never sampled has none; it is not scored with the global
     model as if personalized. When there are such clients, the kind
     'personalized_or_global' also reports every client with the model it
-    would use (its own, else the global one).
+    would use (its own, else the global one). Without `evaluates_global`,
+    'personalized' alone.
     """
-    evaluations = super().final_evaluations(global_weights)
+    evaluations = (super().final_evaluations(global_weights)
+                   if self.evaluates_global else {})
     ids = self.context.client_ids
     trained = set(self.own_models.trained_client_ids())
     lookup = self.own_models.lookup(global_weights)
@@ -147,11 +155,13 @@ class OwnModels(recipe.Recipe):
     if untrained:
       logging.info(
           '%d of %d clients were never sampled and have no model of their'
-          ' own; they are left out of "personalized" and counted in'
-          ' "personalized_or_global" with the global model.',
-          len(untrained), len(ids))
-      evaluations.update(self.context.final_metrics('personalized_or_global',
-                                                    lookup))
+          ' own; they are left out of "personalized"%s.',
+          len(untrained), len(ids),
+          ' and counted in "personalized_or_global" with the global model'
+          if self.evaluates_global else '')
+      if self.evaluates_global:
+        evaluations.update(self.context.final_metrics(
+            'personalized_or_global', lookup))
     return evaluations
 
   def validated_metrics(self, global_weights):

@@ -18,6 +18,7 @@ from tff_fair.training.recipes import ditto
 from tff_fair.training.recipes import fedavg
 from tff_fair.training.recipes import fedavg_ft
 from tff_fair.training.recipes import fedprox
+from tff_fair.training.recipes import fedrep
 from tff_fair.training.recipes import iafl
 from tff_fair.training.recipes import per_fedavg
 from tff_fair.training.recipes import recipe
@@ -34,6 +35,7 @@ RECIPES: dict[str, type[recipe.Recipe]] = {r.name: r for r in (
     cgsv.Cgsv,
     iafl.Iafl,
     per_fedavg.PerFedAvg,
+    fedrep.FedRep,
 )}
 DEFAULT_ALGORITHM = 'fedavg'
 # Why an algorithm ignores a setting when its recipe does not say.
