@@ -94,6 +94,9 @@ flags.DEFINE_integer('server_held_out_examples', 0,
                      ' none); read where models are judged on common'
                      ' held-out data (Aequa\'s rewards, IAFL\'s standalone'
                      ' contributions, --common_test_evaluation).')
+flags.DEFINE_integer('public_examples', 0,
+                     'Size of a public set of examples no client holds,'
+                     ' which distillation algorithms share (0: none).')
 flags.DEFINE_integer('rounds', _DEFAULTS.rounds, 'Federated rounds.')
 flags.DEFINE_integer('local_epochs', _DEFAULTS.local_epochs,
                      'Client epochs per round.')

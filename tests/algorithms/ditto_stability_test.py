@@ -16,6 +16,7 @@ reference's last iterate shows that the check sees the collapse.
 """
 
 import collections
+import dataclasses
 
 import numpy as np
 import tensorflow as tf
@@ -87,9 +88,7 @@ class PersonalStabilityTest(tff_test_utils.TffTestCase):
     evaluator = per_client.ClientEvaluator(
         self.experiment.model_spec.build_keras)
     data = self.experiment.data
-    experiment = experiment_lib.Experiment(
-        config, data, self.experiment.model_spec,
-        self.experiment.plain_model_spec)
+    experiment = dataclasses.replace(self.experiment, config=config)
     curves = collections.defaultdict(list)
     personal = {cid: self.anchor for cid in _CLIENTS}
     for round_num in range(1, _ROUNDS + 1):

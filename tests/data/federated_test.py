@@ -228,6 +228,43 @@ class ServerHeldOutTest(parameterized.TestCase):
       data.server_arrays('train')
 
 
+class PublicSetTest(absltest.TestCase):
+
+  def test_disjoint_from_every_other_split_which_it_leaves_unchanged(self):
+    without = _build(partition='dirichlet', alpha=0.5, num_clients=4,
+                     examples_per_client=100, server_held_out_examples=200)
+    data = _build(partition='dirichlet', alpha=0.5, num_clients=4,
+                  examples_per_client=100, server_held_out_examples=200,
+                  public_examples=300)
+    self.assertLen(data.public, 300)
+    held = np.concatenate(
+        [data.indices(c, s) for c in data.client_ids for s in federated.SPLITS]
+        + [data.server_splits[s] for s in federated.SERVER_SPLITS])
+    self.assertEmpty(np.intersect1d(held, data.public))
+    for client_id in data.client_ids:
+      for split in federated.SPLITS:
+        np.testing.assert_array_equal(data.indices(client_id, split),
+                                      without.indices(client_id, split))
+    for split in federated.SERVER_SPLITS:
+      np.testing.assert_array_equal(data.server_splits[split],
+                                    without.server_splits[split])
+    shares = np.bincount(_DIGITS.y, minlength=10) / _DIGITS.num_examples
+    counts = np.bincount(_DIGITS.y[data.public], minlength=10)
+    self.assertLessEqual(float(np.abs(counts - 300 * shares).max()), 1.5)
+    x, _ = data.public_arrays()
+    np.testing.assert_array_equal(x, _DIGITS.x[data.public])
+    self.assertEqual(data.partition_params['public_examples'], 300)
+
+  def test_too_few_examples_and_none_asked(self):
+    with self.assertRaisesRegex(ValueError, r'public_examples=300 needs 300'
+                                r' examples .* only 197'):
+      _build(num_clients=4, examples_per_client=400, public_examples=300)
+    with self.assertRaisesRegex(ValueError, '--public_examples'):
+      _build(num_clients=4).public_arrays()
+    with self.assertRaisesRegex(ValueError, 'non-negative integer'):
+      _build(public_examples=-1)
+
+
 class NaturalTest(absltest.TestCase):
 
   def test_natural_keeps_source_test_split(self):

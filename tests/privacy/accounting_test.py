@@ -95,8 +95,10 @@ class AccountingTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, r'dp_delta must be in \(0,'):
       accounting.epsilon(1.0, 5, 100, 10, 0.01)
     with self.assertRaisesRegex(ValueError, r'dp_noise_multiplier must be in'
-                                r' \(0, 0.5\) with clients_per_round=5'):
+                                r' \[0, 0.5\) with clients_per_round=5'):
       accounting.epsilon(0.5, 5, 100, 10, 1e-3)
+    # No noise (the DP aggregator only clips): no privacy.
+    self.assertEqual(accounting.epsilon(0.0, 5, 100, 10, 1e-3), math.inf)
     self.assertLess(accounting.default_delta(100), 1 / 100)
 
 

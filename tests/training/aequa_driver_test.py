@@ -10,6 +10,7 @@ import tensorflow as tf
 from tests import tff_test_utils
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
+from tff_fair.training import experiment as experiment_lib
 from tff_fair.training.recipes import registry
 
 
@@ -170,8 +171,9 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
     models = trainer.context.train_locally(
         trainer.experiment.plain_model_spec.initial_weights(config.seed),
         trainer.context.standalone_epochs(), tag=0)
-    expected = trainer.context.plain_evaluator.evaluate_clients(
-        models, data.client_ids, lambda _: held_out)
+    plain = trainer.context.variant_evaluator(experiment_lib.PLAIN)
+    expected = plain.evaluate_clients(models, data.client_ids,
+                                      lambda _: held_out)
     for cid, contribution in contributions.items():
       self.assertAlmostEqual(contribution, expected[cid].accuracy,
                              delta=1.5 / n)

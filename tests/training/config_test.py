@@ -90,7 +90,7 @@ class RunConfigTest(parameterized.TestCase):
       ('lambda_grid', 'aequa', dict(ditto_lambda_grid='0.1,1'), 'ditto'),
       ('personal_rate', 'fedavg_ft', dict(client_learning_rate=0.1,
                                           personal_learning_rate=0.3),
-       'ditto'),
+       'ditto or fedrep'),
       ('contributions_file', 'ditto', dict(contributions_file='c.json'),
        'aequa'),
       ('width_step', 'standalone', dict(width_step=0.05), 'aequa'),

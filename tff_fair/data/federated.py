@@ -92,6 +92,9 @@ class FederatedData:
     server_splits: Split name ('validation', 'test') -> sorted positions of
       the server's held-out examples, which no client holds; empty when the
       data was built without them.
+    public: Sorted positions of the public set (examples no client holds,
+      apart from the server's held-out sets) that distillation methods
+      share; empty when the data was built without one.
   """
 
   source: source_lib.Source
@@ -102,6 +105,8 @@ class FederatedData:
   seed: int | None = None
   server_splits: Mapping[str, np.ndarray] = dataclasses.field(
       default_factory=dict)
+  public: np.ndarray = dataclasses.field(
+      default_factory=lambda: np.zeros([0], np.int64))
 
   def __post_init__(self):
     if set(self.splits) != set(self.client_ids) or len(
@@ -142,6 +147,14 @@ class FederatedData:
       )
     positions = self.server_splits[split]
     return self.source.x[positions], self.source.y[positions]
+
+  def public_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) of the public set (a distillation method uses x only)."""
+    if not len(self.public):
+      raise ValueError(
+          'This data has no public set; build it with public_examples > 0'
+          ' (flag --public_examples).')
+    return self.source.x[self.public], self.source.y[self.public]
 
   def indices(self, client_id: str, split: str) -> np.ndarray:
     """Positions into `source` of a client's split."""
@@ -417,6 +430,7 @@ def build_federated_data(
     test_fraction: float = 0.2,
     examples_per_client: int | None = None,
     server_held_out_examples: int = 0,
+    public_examples: int = 0,
     **partition_params: Any,
 ) -> FederatedData:
   """Partitions a Source into clients and splits each client's own data.
@@ -434,6 +448,10 @@ def build_federated_data(
     examples_per_client: Cap on each client's pool before splitting.
     server_held_out_examples: Size of each of the server's two held-out
       sets (0: none); see the module docstring.
+    public_examples: Size of the public set (0: none): examples neither a
+      client nor the server's held-out sets hold, with the class shares of
+      the source, drawn from their own random stream (so every other split
+      is the same with or without it).
     **partition_params: The partition's parameters (alpha, kappa, m, ...).
 
   Returns:
@@ -445,13 +463,12 @@ def build_federated_data(
       training data, or too few unheld examples for the server's sets.
   """
   _check_fractions(validation_fraction, test_fraction)
-  if (isinstance(server_held_out_examples, bool)
-      or not isinstance(server_held_out_examples, (int, np.integer))
-      or server_held_out_examples < 0):
-    raise ValueError(
-        'server_held_out_examples must be a non-negative integer, got'
-        f' {server_held_out_examples!r}.'
-    )
+  for name, value in (('server_held_out_examples', server_held_out_examples),
+                      ('public_examples', public_examples)):
+    if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+        or value < 0):
+      raise ValueError(
+          f'{name} must be a non-negative integer, got {value!r}.')
   if examples_per_client is not None and (
       isinstance(examples_per_client, bool)
       or not isinstance(examples_per_client, (int, np.integer))
@@ -524,6 +541,11 @@ def build_federated_data(
     server_splits = _server_splits(
         source.num_examples, splits.values(), labels,
         server_held_out_examples, seed)
+  public = np.zeros([0], np.int64)
+  if public_examples:
+    public = _public_set(source.num_examples, splits.values(),
+                         server_splits.values(), labels, public_examples,
+                         seed)
   return FederatedData(
       source=source,
       client_ids=client_ids,
@@ -537,10 +559,62 @@ def build_federated_data(
           examples_per_client=examples_per_client,
           **({'server_held_out_examples': server_held_out_examples}
              if server_held_out_examples else {}),
+          **({'public_examples': public_examples}
+             if public_examples else {}),
       ),
       seed=seed,
       server_splits=server_splits,
+      public=public,
   )
+
+
+def _unheld(num_examples: int, client_splits: Iterable[ClientSplits],
+            others: Iterable[np.ndarray] = ()) -> np.ndarray:
+  """The positions no client (and no set of `others`) holds."""
+  held = np.zeros(num_examples, bool)
+  for client in client_splits:
+    for split in SPLITS:
+      held[client.get(split)] = True
+  for positions in others:
+    held[positions] = True
+  return np.flatnonzero(~held)
+
+
+def _stratified_draw(unheld: np.ndarray, labels: np.ndarray, wanted: int,
+                     rng: np.random.Generator) -> np.ndarray:
+  """`wanted` of `unheld`, each class with its share of the whole source
+  (as far as unheld examples allow; any shortfall filled at random), in a
+  stratified order (every prefix is stratified too)."""
+  classes, counts = np.unique(labels, return_counts=True)
+  exact = wanted * counts / counts.sum()
+  quota = np.floor(exact).astype(np.int64)
+  # Largest remainders get the examples the floors leave out.
+  quota[np.argsort(quota - exact, kind='stable')[:wanted - quota.sum()]] += 1
+  chosen = []
+  for label, share in zip(classes, quota):
+    members = unheld[labels[unheld] == label]
+    chosen.append(rng.permutation(members)[:share])
+  chosen = np.concatenate(chosen)
+  if len(chosen) < wanted:
+    spare = np.setdiff1d(unheld, chosen)
+    chosen = np.concatenate(
+        [chosen, rng.permutation(spare)[:wanted - len(chosen)]])
+  return chosen[stratified_order(labels[chosen], rng)]
+
+
+def _public_set(num_examples: int, client_splits: Iterable[ClientSplits],
+                server_splits: Iterable[np.ndarray], labels: np.ndarray,
+                size: int, seed: int) -> np.ndarray:
+  """The public set: `size` examples held by no client nor server set."""
+  unheld = _unheld(num_examples, client_splits, server_splits)
+  if size > len(unheld):
+    raise ValueError(
+        f'public_examples={size} needs {size} examples that no client and no'
+        f' server held-out set holds, but only {len(unheld)} are left.'
+        ' Lower public_examples, or lower examples_per_client / use fewer'
+        ' clients so the clients hold less of the data.')
+  rng = np.random.default_rng(np.random.SeedSequence([seed, 0x9B11C]))
+  return np.sort(_stratified_draw(unheld, labels, size, rng))
 
 
 def _server_splits(
@@ -557,11 +631,7 @@ def _server_splits(
   shortfall is filled at random). They come from their own random stream,
   so the clients' splits are the same with or without them.
   """
-  held = np.zeros(num_examples, bool)
-  for client in client_splits:
-    for split in SPLITS:
-      held[client.get(split)] = True
-  unheld = np.flatnonzero(~held)
+  unheld = _unheld(num_examples, client_splits)
   wanted = 2 * size
   if wanted > len(unheld):
     raise ValueError(
@@ -571,22 +641,8 @@ def _server_splits(
         ' clients so the clients hold less of the data.'
     )
   rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5E4E4]))
-  classes, counts = np.unique(labels, return_counts=True)
-  exact = wanted * counts / counts.sum()
-  quota = np.floor(exact).astype(np.int64)
-  # Largest remainders get the examples the floors leave out.
-  quota[np.argsort(quota - exact, kind='stable')[:wanted - quota.sum()]] += 1
-  chosen = []
-  for label, share in zip(classes, quota):
-    members = unheld[labels[unheld] == label]
-    chosen.append(rng.permutation(members)[:share])
-  chosen = np.concatenate(chosen)
-  if len(chosen) < wanted:
-    spare = np.setdiff1d(unheld, chosen)
-    chosen = np.concatenate(
-        [chosen, rng.permutation(spare)[:wanted - len(chosen)]])
   # Every prefix of a stratified order is stratified: so are both halves.
-  chosen = chosen[stratified_order(labels[chosen], rng)]
+  chosen = _stratified_draw(unheld, labels, wanted, rng)
   return {'validation': np.sort(chosen[:size]), 'test': np.sort(chosen[size:])}
 
 

@@ -69,9 +69,9 @@ def check(noise_multiplier: float, clients_per_round: int, num_clients: int,
         ' client\'s data outright. Leave it at 0 for'
         f' 1/num_clients^1.1 = {default_delta(num_clients):.3g}.')
   bound = max_noise_multiplier(clients_per_round)
-  if not (math.isfinite(noise_multiplier) and 0 < noise_multiplier < bound):
+  if not (math.isfinite(noise_multiplier) and 0 <= noise_multiplier < bound):
     raise ValueError(
-        f'dp_noise_multiplier must be in (0, {bound:g}) with'
+        f'dp_noise_multiplier must be in [0, {bound:g}) with'
         f' clients_per_round={clients_per_round}, got {noise_multiplier}:'
         ' TFF\'s DP aggregator estimates its clipping norm from a noisy count'
         ' of clipped clients, which limits the noise to 0.1 per client of'
@@ -92,6 +92,8 @@ def epsilon(noise_multiplier: float, clients_per_round: int,
             num_clients: int, rounds: int, delta: float) -> float:
   """The global model's epsilon after `rounds` rounds, at `delta`.
 
+  Infinite without noise (the DP aggregator then only clips).
+
   Raises:
     ValueError: As `check`, and for rounds < 0.
   """
@@ -100,6 +102,8 @@ def epsilon(noise_multiplier: float, clients_per_round: int,
     raise ValueError(f'rounds must be >= 0, got {rounds}.')
   if rounds == 0:
     return 0.0
+  if noise_multiplier == 0:
+    return math.inf
   orders, rdp = _round_rdp(float(noise_multiplier), int(clients_per_round),
                            int(num_clients))
   # Composing `rounds` identical events adds their RDP (as the accountant's

@@ -112,14 +112,16 @@ SETTING_READERS = {
 ALGORITHM_DEPENDENT = (
     'clients_per_round', 'local_epochs', 'batch_size', 'client_optimizer',
     'client_learning_rate', 'server_optimizer', 'server_learning_rate',
-    'aggregator', 'attack', 'eval_every', 'server_held_out_examples')
+    'aggregator', 'attack', 'eval_every', 'server_held_out_examples',
+    'public_examples')
 # What a recipe declares: setting -> the values it acts on (None: every
 # value). A setting left out is one it ignores.
 Reads = Mapping[str, Optional[tuple[Any, ...]]]
 # Every value of every algorithm-dependent setting but the server's held-out
-# sets (FedAvg's reads: `Recipe.reads`).
+# and public sets (FedAvg's reads: `Recipe.reads`).
 READS_ALL: Reads = {name: None for name in ALGORITHM_DEPENDENT
-                    if name != 'server_held_out_examples'}
+                    if name not in ('server_held_out_examples',
+                                    'public_examples')}
 
 CONFIG_FILE = 'config.json'
 
@@ -190,6 +192,9 @@ class RunConfig:
       (Aequa's rewards) uses the server's validation and test sets instead
       of the clients' pooled splits. Clients' data is the same
       either way, so this may change when a run is resumed.
+    public_examples: Size of a public set of examples no client holds (nor
+      the server's held-out sets), for the algorithms that share one
+      (distillation: their recipes read it); 0: none.
     eval_every: Evaluate every client's test split every this many rounds
       (0: only after the last round).
     common_test_evaluation: After the last round, also measure every
@@ -205,7 +210,7 @@ class RunConfig:
       'mean' (weighted), 'robust' (tff.learning.robust_aggregator), 'dp'
       (tff.learning.dp_aggregator, unweighted, with dp_noise_multiplier),
       'compression' (tff.learning.compression_aggregator).
-    dp_noise_multiplier: Noise multiplier of the 'dp' aggregator, in (0,
+    dp_noise_multiplier: Noise multiplier of the 'dp' aggregator, in [0,
       0.1 * clients_per_round) (`privacy.accounting.check`); resolved from
       dp_target_epsilon when that is given.
     dp_delta: The delta of the run's (epsilon, delta) guarantee, in (0,
@@ -251,6 +256,7 @@ class RunConfig:
   validation_fraction: float = 0.1
   test_fraction: float = 0.2
   server_held_out_examples: int = 0
+  public_examples: int = 0
   eval_every: int = 1
   common_test_evaluation: bool = False
   data_dir: str = ''
@@ -285,7 +291,7 @@ class RunConfig:
       if getattr(self, name) < 1:
         raise ConfigError(f'{name} must be >= 1, got {getattr(self, name)}.')
     for name in ('examples_per_client', 'eval_every', 'seed',
-                 'server_held_out_examples'):
+                 'server_held_out_examples', 'public_examples'):
       if getattr(self, name) < 0:
         raise ConfigError(f'{name} must be >= 0, got {getattr(self, name)}.')
     if self.seed > MAX_SEED:

@@ -46,6 +46,10 @@ from tff_fair.training import sampling
 ClientMetrics = per_client.ClientMetrics
 # The seed stream of the per-client, per-round seeds of client context.
 CLIENT_SEED_STREAM = 2
+# Released values every round's log line shows when present (a recipe adds
+# its own: `Recipe.progress_fields`).
+_PROGRESS_FIELDS = (('test_accuracy_mean', 'test_acc'),
+                    ('dp_epsilon', 'epsilon'))
 
 
 @dataclasses.dataclass
@@ -150,7 +154,7 @@ class Trainer:
     config = self.config
     state, start_round, history = self.train(checkpoint_fallback)
     evaluations = self.recipe.final_evaluations(
-        self.process.get_model_weights(state))
+        state, self.process.get_model_weights(state))
     reports.write_final(config.output_dir, evaluations, self.malicious,
                         privacy=reports.privacy(config, self.rounds_trained()))
     return RunResult(
@@ -222,16 +226,16 @@ class Trainer:
       with timer.phase('train'):
         # Before `next`: a recipe's client step is anchored at the state the
         # round starts from.
-        self.recipe.before_round(state, sampled, round_num, datasets)
+        plan = self.recipe.before_round(state, sampled, round_num, datasets)
         if self.recipe.client_context:
           datasets = [
-              self.recipe.client_input(cid, ds,
+              self.recipe.client_input(plan, cid, ds,
                                        self._client_spec(cid, round_num))
               for cid, ds in zip(sampled, datasets)]
-        output = self.recipe.run_round(self.process, state, datasets)
+        output = self.recipe.run_round(plan, self.process, state, datasets)
         state = output.state
         released = reports.training_metrics(output.metrics)
-        released.update(self.recipe.after_round(round_num))
+        released.update(self.recipe.after_round(plan, output))
         released.update(reports.privacy(config, round_num))
       with timer.phase('client_state'):
         # Client state, then the checkpoint, then pruning: a kill between
@@ -273,17 +277,14 @@ class Trainer:
     config = self.config
     done = round_num - start_round
     eta = (time.monotonic() - started) / done * (config.rounds - round_num)
-    test = (f'  test_acc={released["test_accuracy_mean"]:.4f}'
-            if 'test_accuracy_mean' in released else '')
-    personal = ('  personal_train_acc min='
-                f'{released["personal_train_accuracy_min"]:.4f}'
-                if 'personal_train_accuracy_min' in released else '')
-    privacy = (f'  epsilon={released["dp_epsilon"]:.3g}'
-               if 'dp_epsilon' in released else '')
+    shown = ''.join(
+        f'  {label}={released[name]:.4g}'
+        for name, label in (*_PROGRESS_FIELDS, *self.recipe.progress_fields)
+        if name in released)
     logging.info(
-        'round %d/%d  loss=%.4f  acc=%.4f%s%s%s  %.1f s/round  ETA %s',
+        'round %d/%d  loss=%.4f  acc=%.4f%s  %.1f s/round  ETA %s',
         round_num, config.rounds, released.get('train_loss', math.nan),
-        released.get('train_accuracy', math.nan), test, personal, privacy,
+        released.get('train_accuracy', math.nan), shown,
         released['seconds'], reports.format_duration(eta))
     logging.info('round %d seconds: %s', round_num, '  '.join(
         f'{name.removeprefix("seconds_")}={s:.2f}'
@@ -309,7 +310,7 @@ class Trainer:
       `<prefix>test_accuracy_per_client`).
     """
     models, released = self.recipe.evaluation_models(
-        self.process.get_model_weights(state),
+        state, self.process.get_model_weights(state),
         self.context.benign(self.experiment.data.client_ids))
     per_client_values = {}
     for prefix, (weights, ids) in models.items():
@@ -371,7 +372,8 @@ def build_experiment(config: config_lib.RunConfig,
   recipe = recipe_type(config)
   experiment = experiment_lib.build_experiment(
       config, max_examples, slimmable=recipe.slimmable,
-      needed_splits=recipe.needed_splits(config))
+      needed_splits=recipe.needed_splits(config),
+      variants=recipe.model_variants(config))
   recipe.check_client_files(config, experiment.data.client_ids)
   return experiment
 

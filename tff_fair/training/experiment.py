@@ -4,7 +4,7 @@ This is the wiring shared by the program binaries, the benchmarks and a
 user's notebook; it holds no training logic.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 import dataclasses
 import json
 import math
@@ -30,22 +30,39 @@ TEXT_MODELS = frozenset({'text_cnn', 'char_lstm', 'slimmable_text_cnn'})
 SEQUENCE_MODELS = frozenset({'char_lstm'})
 
 
+# The model variants every experiment has: the trained architecture, and
+# the same without a width input (the same model unless slimmable).
+TRAINED = 'trained'
+PLAIN = 'plain'
+
+
 @dataclasses.dataclass(frozen=True)
 class Experiment:
   """Attributes:
 
     config: The run's settings.
     data: The clients' data.
-    model_spec: The trained architecture (slimmable for an algorithm that
-      trains slimmable models).
-    plain_model_spec: The same architecture without a width input (what
-      models trained alone use: `RunContext.train_locally`).
+    model_specs: Model variant -> its architecture bound to the data:
+      `TRAINED` (slimmable for an algorithm that trains slimmable models),
+      `PLAIN` (the same without a width input: what models trained alone
+      use, `RunContext.train_locally`), and any the algorithm asks for
+      (`Recipe.model_variants`, e.g. each architecture of a federation of
+      several).
   """
 
   config: config_lib.RunConfig
   data: 'data_lib.FederatedData'
-  model_spec: model_fns.ModelSpec
-  plain_model_spec: model_fns.ModelSpec
+  model_specs: Mapping[str, model_fns.ModelSpec]
+
+  @property
+  def model_spec(self) -> model_fns.ModelSpec:
+    """The trained architecture (`model_specs[TRAINED]`)."""
+    return self.model_specs[TRAINED]
+
+  @property
+  def plain_model_spec(self) -> model_fns.ModelSpec:
+    """The trained architecture without a width input."""
+    return self.model_specs[PLAIN]
 
 
 def build_optimizer(
@@ -217,8 +234,8 @@ def _describe_inputs(source: 'data_lib.Source') -> str:
 
 
 def check_model_fits(
-    config: config_lib.RunConfig, source: 'data_lib.Source',
-    spec: model_fns.ModelSpec,
+    source: 'data_lib.Source', spec: model_fns.ModelSpec, name: str = '',
+    fix: str = ' Choose another --model, or leave it empty for the default.',
 ) -> None:
   """Refuses an architecture that cannot read the data set's examples.
 
@@ -227,11 +244,16 @@ def check_model_fits(
   on two examples, which catches any other mismatch (e.g. an input too small
   for the architecture's pooling) before anything is traced or written.
 
+  Args:
+    source: The data.
+    spec: The architecture bound to it.
+    name: Its name (default: the spec's, without 'slimmable_').
+    fix: What the message tells the user to do.
+
   Raises:
     ConfigError: Naming --model and --dataset.
   """
-  name = config.model or DEFAULT_MODELS.get(source.name, '')
-  fix = ' Choose another --model, or leave it empty for the default.'
+  name = name or spec.name.removeprefix('slimmable_')
   is_text = source.x.dtype.kind in 'iu' and source.x.ndim == 2
   if name in TEXT_MODELS and not is_text:
     raise config_lib.ConfigError(
@@ -296,6 +318,7 @@ def build_experiment(
     config: config_lib.RunConfig, max_examples: Optional[int] = None, *,
     slimmable: bool = False,
     needed_splits: Sequence[str] = ('train', 'test'),
+    variants: Optional[Mapping[str, str]] = None,
 ) -> Experiment:
   """Loads and partitions the data and binds the model to it.
 
@@ -310,6 +333,9 @@ def build_experiment(
     slimmable: Train the slimmable version of the architecture (the
       algorithm's: `Recipe.slimmable`).
     needed_splits: The splits every client needs examples in.
+    variants: More model variants: name -> architecture (one of
+      `models.names.PLAIN_MODELS`), each checked against the data
+      (`Recipe.model_variants`).
 
   Raises:
     errors.UserError: (`ConfigError`, `DataError`) For any of these.
@@ -326,6 +352,7 @@ def build_experiment(
         test_fraction=config.test_fraction,
         examples_per_client=config.examples_per_client or None,
         server_held_out_examples=config.server_held_out_examples,
+        public_examples=config.public_examples,
         **config.partition_params(),
     )
   except ValueError as e:  # PartitionError and the split checks.
@@ -345,5 +372,14 @@ def build_experiment(
   except ValueError as e:
     raise config_lib.ConfigError(
         f'--model={config.model}: {e}') from e
-  check_model_fits(config, source, plain_model_spec)
-  return Experiment(config, federated, model_spec, plain_model_spec)
+  check_model_fits(source, plain_model_spec)
+  specs = {TRAINED: model_spec, PLAIN: plain_model_spec}
+  for variant, name in (variants or {}).items():
+    try:
+      specs[variant] = model_spec_for(source, name)
+    except ValueError as e:
+      raise config_lib.ConfigError(
+          f'Model variant {variant!r} ({name}): {e}') from e
+    check_model_fits(source, specs[variant], name,
+                     fix=' Choose another architecture for it.')
+  return Experiment(config, federated, specs)

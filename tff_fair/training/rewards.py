@@ -73,6 +73,23 @@ def width_evaluator(build_keras, width: float) -> per_client.ClientEvaluator:
       build_keras, input_fn=lambda x: slimmable.slimmable_inputs(x, width))
 
 
+def width_variants(context, build_keras,
+                   widths: Mapping[str, float]) -> dict[str, str]:
+  """Client -> its model variant: the slimmable model at the client's width.
+
+  Registers each width's evaluator with `context`
+  (`RunContext.add_variant`), so a run evaluates each client's reward at
+  its width, clients of one width together.
+  """
+  variants = {}
+  for cid, width in widths.items():
+    variant = f'width={float(width)!r}'
+    if variant not in variants.values():
+      context.add_variant(variant, width_evaluator(build_keras, width))
+    variants[cid] = variant
+  return variants
+
+
 def width_accuracy_curve(
     build_keras, weights: tff.learning.models.ModelWeights,
     widths: Sequence[float], x: np.ndarray, y: np.ndarray,

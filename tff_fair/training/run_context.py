@@ -24,12 +24,13 @@ from tff_fair.runtime import remote
 from tff_fair.state import round_state
 from tff_fair.training import client_models
 from tff_fair.training import experiment as experiment_lib
-from tff_fair.training import rewards
 from tff_fair.training import sampling
 
 ClientMetrics = per_client.ClientMetrics
 # Suffix of a final model kind measured on the common test set.
 COMMON_TEST = ':common_test'
+# A model variant for every client, or client id -> its variant.
+Variants = Union[str, Mapping[str, str]]
 
 
 class RunContext:
@@ -43,9 +44,6 @@ class RunContext:
     label_noise: Client -> the fraction of its training labels replaced by
       random ones (`--label_noise_file`; 1 for the poisoned clients).
     client_index: Client id -> position in `experiment.data.client_ids`.
-    evaluator: Evaluates the trained architecture.
-    plain_evaluator: Evaluates the architecture without a width input
-      (models trained by `train_locally`).
   """
 
   def __init__(self, experiment: experiment_lib.Experiment):
@@ -61,10 +59,9 @@ class RunContext:
                                           client_ids),
         **dict.fromkeys(self.poisoned, 1.0)}
     self.client_index = {cid: i for i, cid in enumerate(client_ids)}
-    self.evaluator = per_client.ClientEvaluator(
-        experiment.model_spec.build_keras)
-    self.plain_evaluator = per_client.ClientEvaluator(
-        experiment.plain_model_spec.build_keras)
+    # Model variant -> its evaluator: the experiment's, and a recipe's own
+    # (`add_variant`, e.g. Aequa's slimmable model at one width).
+    self._evaluators: dict[str, per_client.ClientEvaluator] = {}
     self._stores: dict[str, Union[client_models.ClientModelStore,
                                   round_state.RoundStateStore]] = {}
     self._logs: list[client_models.RoundLog] = []
@@ -97,21 +94,48 @@ class RunContext:
     return sampling.training_arrays(self.experiment, client_id,
                                     self.label_noise, self.client_index)
 
+  @property
+  def evaluator(self) -> per_client.ClientEvaluator:
+    """The evaluator of the trained architecture (variant `TRAINED`)."""
+    return self.variant_evaluator(experiment_lib.TRAINED)
+
+  def variant_evaluator(self, variant: str) -> per_client.ClientEvaluator:
+    """The evaluator of a model variant (built once).
+
+    Raises:
+      KeyError: For a variant neither the experiment nor `add_variant`
+        knows.
+    """
+    if variant not in self._evaluators:
+      specs = self.experiment.model_specs
+      if variant not in specs:
+        raise KeyError(f'Unknown model variant {variant!r}; known:'
+                       f' {", ".join([*specs, *self._evaluators])}.')
+      self._evaluators[variant] = per_client.ClientEvaluator(
+          specs[variant].build_keras)
+    return self._evaluators[variant]
+
+  def add_variant(self, variant: str,
+                  evaluator: per_client.ClientEvaluator) -> None:
+    """Registers a recipe's own model variant by its evaluator (e.g. a
+    slimmable model run at one width)."""
+    self._evaluators[variant] = evaluator
+
   def evaluate(
       self, weights: per_client.WeightsSource, split: str = 'test',
-      plain: bool = False, client_ids: Optional[Sequence[str]] = None,
-      *, widths: Optional[Mapping[str, float]] = None, common: bool = False,
+      client_ids: Optional[Sequence[str]] = None, *,
+      variant: Variants = experiment_lib.TRAINED, common: bool = False,
   ) -> dict[str, ClientMetrics]:
     """Per-client metrics of global or per-client `weights`.
 
     Args:
       weights: One model for every client, or one per client.
       split: The clients' own split measured (each client on its own).
-      plain: The weights are of the architecture without a width input
-        (`train_locally`'s models).
       client_ids: The clients (default: every client).
-      widths: Client id -> the width its slimmable model runs at (for a
-        slimmable architecture; default: its full width).
+      variant: The model variant the weights are of: one for every
+        client, or client id -> its variant (e.g. each client's width of a
+        slimmable model, or its architecture). Clients are measured group
+        by group.
       common: Measure every client's model on the common test set
         (`common_held_out`'s) instead of its own `split`.
 
@@ -125,19 +149,13 @@ class RunContext:
       arrays = lambda _: common_test
     else:
       arrays = lambda cid: data.arrays(cid, split)
-    groups = {}  # Width (None: the model as it is) -> its clients.
+    groups = {}  # Variant -> its clients.
     for cid in ids:
-      width = None if widths is None else widths[cid]
-      groups.setdefault(width, []).append(cid)
+      name = variant if isinstance(variant, str) else variant[cid]
+      groups.setdefault(name, []).append(cid)
     results = {}
-    for width, group in groups.items():
-      if plain:
-        evaluator = self.plain_evaluator
-      elif width is None:
-        evaluator = self.evaluator
-      else:
-        evaluator = rewards.width_evaluator(
-            self.experiment.model_spec.build_keras, width)
+    for name, group in groups.items():
+      evaluator = self.variant_evaluator(name)
       if common and isinstance(weights, tff.learning.models.ModelWeights):
         # One model on one data set: the same metrics for the whole group.
         measured = evaluator.evaluate_clients(weights, group[:1], arrays)
@@ -148,8 +166,8 @@ class RunContext:
 
   def final_metrics(
       self, kind: str, weights: per_client.WeightsSource, *,
-      plain: bool = False, client_ids: Optional[Sequence[str]] = None,
-      widths: Optional[Mapping[str, float]] = None,
+      client_ids: Optional[Sequence[str]] = None,
+      variant: Variants = experiment_lib.TRAINED,
   ) -> dict[str, dict[str, ClientMetrics]]:
     """A final model kind's metrics, for `Recipe.final_evaluations`.
 
@@ -160,7 +178,7 @@ class RunContext:
       fairness literature, where a client's reward is judged on the
       federation's distribution, not on its own).
     """
-    options = dict(plain=plain, client_ids=client_ids, widths=widths)
+    options = dict(client_ids=client_ids, variant=variant)
     metrics = {kind: self.evaluate(weights, **options)}
     if self.config.common_test_evaluation:
       logging.info('Measuring the %s model(s) of %d client(s) on the common'
@@ -250,6 +268,12 @@ class RunContext:
             self._pooled('test'))
     return self._common_held_out
 
+  def public_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+    """The public set (`--public_examples`): examples no client holds,
+    which distillation methods share (their labels are not for training).
+    """
+    return self.experiment.data.public_arrays()
+
   def _pooled(self, split: str) -> tuple[np.ndarray, np.ndarray]:
     """Every client's `split` examples, concatenated."""
     data = self.experiment.data
@@ -275,7 +299,8 @@ class RunContext:
     models = self.train_locally(
         self.experiment.plain_model_spec.initial_weights(self.config.seed),
         self.standalone_epochs(), tag=0)
-    on_held_out = self.plain_evaluator.evaluate_clients(
+    on_held_out = self.variant_evaluator(
+        experiment_lib.PLAIN).evaluate_clients(
         models, self.client_ids, lambda _: held_out)
     return models, {cid: m.accuracy for cid, m in on_held_out.items()}
 

@@ -77,7 +77,7 @@ class IaflTest(tff_test_utils.TffTestCase):
     def killed_in_round_3(recipe, state, client_ids, round_num, datasets):
       if round_num == 3:
         raise _Killed()
-      before_round(recipe, state, client_ids, round_num, datasets)
+      return before_round(recipe, state, client_ids, round_num, datasets)
 
     with mock.patch.object(iafl.Iafl, 'before_round', killed_in_round_3):
       with self.assertRaises(_Killed):

@@ -49,6 +49,7 @@ NON_DEFAULT_VALUES = {
                attacks.LABEL_POISONING),
     'eval_every': (2,),  # No evaluation in a 1-round run.
     'server_held_out_examples': (40,),
+    'public_examples': (50,),
 }
 # What a value needs besides (an attack needs attackers).
 COMPANIONS = {'attack': {'malicious_fraction': 0.25}}

@@ -138,7 +138,7 @@ class Aequa(recipe.Recipe):
         p_max=settings.p_max, widths_per_step=settings.widths_per_step,
         client_context=True)
 
-  def final_evaluations(self, global_weights):
+  def final_evaluations(self, state, global_weights):
     """'global', the contributions' 'standalone' models and 'aequa'.
 
     Contributions and the width-accuracy curve are measured on the same
@@ -156,22 +156,24 @@ class Aequa(recipe.Recipe):
     settings = self.settings
     context = self.context
     data = context.experiment.data
-    evaluations = super().final_evaluations(global_weights)
+    evaluations = super().final_evaluations(state, global_weights)
     held_out, reward_test = context.common_held_out()
     if settings.contributions_file:
       contributions = experiment_lib.load_client_values(
           settings.contributions_file, data.client_ids, 'contribution')
     else:
       models, contributions = context.standalone_contributions(held_out)
-      evaluations.update(context.final_metrics('standalone', models,
-                                               plain=True))
+      evaluations.update(context.final_metrics(
+          'standalone', models, variant=experiment_lib.PLAIN))
     rewards = rewards_lib.assign_rewards(
         context.experiment.model_spec.build_keras, global_weights,
         settings.width_grid(), held_out, contributions, reward_test,
         solver=settings.allocation_solver,
         annealing_iterations=settings.annealing_iterations, seed=config.seed)
     evaluations.update(context.final_metrics(
-        'aequa', global_weights, widths=rewards_lib.allocated_widths(rewards)))
+        'aequa', global_weights, variant=rewards_lib.width_variants(
+            context, context.experiment.model_spec.build_keras,
+            rewards_lib.allocated_widths(rewards))))
     rewards_lib.write_tables(rewards, evaluations['aequa'], config.output_dir)
     rewards_lib.write_tensorboard(
         rewards, os.path.join(config.output_dir, 'tensorboard', 'aequa'))

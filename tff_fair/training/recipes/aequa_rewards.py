@@ -27,7 +27,6 @@ widest model scores below a narrower one there.
 
 import dataclasses
 import math
-from typing import Any
 
 from absl import logging
 import numpy as np
@@ -99,6 +98,13 @@ class Settings(aequa.WidthSettings):
           f' {self.reward_exponent}.')
 
 
+@dataclasses.dataclass
+class _Round(recipe.Round):
+  """A round of training-time Aequa: the widths its clients train."""
+
+  widths: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
 class AequaRewards(recipe.Recipe):
   """Slimmable FedAvg whose clients train the width their contribution earns."""
 
@@ -125,9 +131,6 @@ class AequaRewards(recipe.Recipe):
     self._state = context.round_state_store(
         STATE_DIR, initial={'tracker': None, 'widths': {}})
     self._log = context.round_log(ROUND_LOG, ROUND_LOG_FIELDS)
-    self._round_widths: dict[str, float] = {}
-    self._clients: list[dict[str, Any]] = []
-    self._client_ids: list[str] = []
 
   def build_process(self):
     settings = self.settings
@@ -152,25 +155,26 @@ class AequaRewards(recipe.Recipe):
     return contribution.ContributionTracker.from_json(saved, gamma)
 
   def before_round(self, state, client_ids, round_num, datasets):
-    del state, round_num, datasets  # Only the widths are needed.
-    self._client_ids = list(client_ids)
+    del datasets  # Only the widths are needed.
     widths = self.widths()
-    self._round_widths = {cid: widths[cid] for cid in client_ids}
+    return _Round(round_num, tuple(client_ids), state,
+                  {cid: widths[cid] for cid in client_ids})
 
-  def client_input(self, client_id, dataset, attack):
+  def client_input(self, plan, client_id, dataset, attack):
     return aequa_rewards_lib.client_input(
-        dataset, self._round_widths[client_id], attack)
+        dataset, plan.widths[client_id], attack)
 
-  def run_round(self, process, state, client_inputs):
-    output = process.next_with_client_outputs(state, client_inputs)
-    self._clients = list(output.clients)
-    return output
+  def run_round(self, plan, process, state, client_inputs):
+    del plan  # Every client's input carries its width.
+    return process.next_with_client_outputs(state, client_inputs)
 
-  def after_round(self, round_num):
+  def after_round(self, plan, output):
     """Assesses the round's clients, updates the widths, logs the round."""
     settings = self.settings
     context = self.context
-    ids = self._client_ids
+    ids = plan.client_ids
+    round_num = plan.number
+    clients = list(output.clients)
     if settings.contribution_assessment == 'data_size':
       data = context.experiment.data
       assessment = contribution.data_size(
@@ -178,9 +182,8 @@ class AequaRewards(recipe.Recipe):
     else:  # cgsv or cgsv_leave_one_out
       assessment = contribution.cosine_to_aggregate(
           {cid: np.asarray(c['min_width_update'])
-           for cid, c in zip(ids, self._clients)},
-          weights={cid: float(c['weight'])
-                   for cid, c in zip(ids, self._clients)},
+           for cid, c in zip(ids, clients)},
+          weights={cid: float(c['weight']) for cid, c in zip(ids, clients)},
           leave_one_out=(
               settings.contribution_assessment == 'cgsv_leave_one_out'))
     tracker = self._tracker()
@@ -192,12 +195,12 @@ class AequaRewards(recipe.Recipe):
     rows = [{
         'round': round_num, 'client': cid,
         'malicious': int(cid in context.malicious),
-        'width': self._round_widths[cid], 'assessment': assessment[cid],
+        'width': plan.widths[cid], 'assessment': assessment[cid],
         'contribution': tracker.contributions[cid],
         'next_width': widths[cid],
         'bytes_received': int(c['bytes_received']),
         'bytes_sent': int(c['bytes_sent']),
-    } for cid, c in zip(ids, self._clients)]
+    } for cid, c in zip(ids, clients)]
     self._log.append(rows)
     return {
         **statistics.mean_min_max('reward_width', [widths[c] for c in ids]),
@@ -207,15 +210,17 @@ class AequaRewards(recipe.Recipe):
                                   [row['bytes_sent'] for row in rows]),
     }
 
-  def final_evaluations(self, global_weights):
+  def final_evaluations(self, state, global_weights):
     """'global' (full width) and 'aequa_rewards': each client at its width.
 
     Writes the width-accuracy curve and checks it (module docstring).
     """
-    evaluations = super().final_evaluations(global_weights)
+    evaluations = super().final_evaluations(state, global_weights)
     widths = self.widths()
     evaluations.update(self.context.final_metrics(
-        'aequa_rewards', global_weights, widths=widths))
+        'aequa_rewards', global_weights, variant=rewards_lib.width_variants(
+            self.context, self.context.experiment.model_spec.build_keras,
+            widths)))
     self._check_width_curve(global_weights, widths)
     return evaluations
 

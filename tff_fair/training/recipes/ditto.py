@@ -20,10 +20,9 @@ validation split: `personalization`).
 from collections.abc import Mapping, Sequence
 import dataclasses
 import math
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import numpy as np
-import tensorflow_federated as tff
 
 from tff_fair.algorithms import ditto as ditto_lib
 from tff_fair.evaluation import statistics
@@ -33,6 +32,7 @@ from tff_fair.training import experiment as experiment_lib
 from tff_fair.training import personalization
 from tff_fair.training import reports
 from tff_fair.training.recipes import own_models
+from tff_fair.training.recipes import recipe
 
 VARIANTS = ('sequential', 'interleaved')
 PERSONAL_ITERATES = ('average', 'last')
@@ -47,13 +47,23 @@ ROUND_LOG_FIELDS = (
 PERSONAL_STREAM = 1
 
 
-class _Round(NamedTuple):
-  """The round between `before_round` and `after_round`."""
-  round_num: int
-  client_ids: Sequence[str]
-  due: Mapping[str, bool]  # Whether the client's lambda is chosen now.
-  anchor: Any  # w^t, where a client's first personal model starts.
-  fused: bool  # Whether `run_round` trains the personal models too.
+@dataclasses.dataclass
+class _Round(recipe.Round):
+  """A Ditto round, from `before_round` to `after_round`.
+
+  Attributes (besides `recipe.Round`'s):
+    due: Whether the client's lambda is chosen this round.
+    anchor: w^t, where a client's first personal model starts.
+    fused: Whether `run_round` trains the personal models too.
+    records: The round's `personal_rounds.csv` rows, once trained.
+    seconds: The personal phases' seconds (parts of `seconds_train`).
+  """
+
+  due: Mapping[str, bool] = dataclasses.field(default_factory=dict)
+  anchor: Any = None
+  fused: bool = False
+  records: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+  seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def check_lambda(name: str, value: Any) -> None:
@@ -178,6 +188,8 @@ class Ditto(own_models.OwnModels):
   output_files = (ROUND_LOG, personalization.CHOICE_FILE)
   client_state_dirs = (PERSONAL_DIR,)
   models_dir = PERSONAL_DIR
+  progress_fields = (('personal_train_accuracy_min',
+                      'personal_train_acc min'),)
 
   @classmethod
   def check_config(cls, config):
@@ -209,13 +221,10 @@ class Ditto(own_models.OwnModels):
     if settings.ditto_lambdas_file:
       self._lambdas = load_lambdas(settings.ditto_lambdas_file,
                                    context.client_ids)
-    self._records: list[dict[str, Any]] = []
-    self._seconds: dict[str, float] = {}
-    self._round: Optional[_Round] = None
     self._process: Optional[ditto_lib.DittoProcess] = None
 
-  def final_evaluations(self, global_weights):
-    evaluations = super().final_evaluations(global_weights)
+  def final_evaluations(self, state, global_weights):
+    evaluations = super().final_evaluations(state, global_weights)
     evaluations.update(self.validated_metrics(global_weights))
     return evaluations
 
@@ -282,10 +291,9 @@ class Ditto(own_models.OwnModels):
     # context splitting clients over workers cannot return.
     fused = (settings.ditto_variant == 'interleaved'
              and not any(due.values()) and not remote.is_multi_worker())
-    self._round = _Round(round_num, client_ids, due, anchor, fused)
-    self._seconds = {}
+    plan = _Round(round_num, tuple(client_ids), state, due, anchor, fused)
     if fused:
-      return
+      return plan
     if settings.ditto_variant == 'interleaved':
       personal_data = datasets  # The very batches of the global update.
     else:
@@ -304,46 +312,46 @@ class Ditto(own_models.OwnModels):
     with timer.phase('personal_train'):
       outputs = dict(zip(jobs, remote.map_clients(
           self._process.personalize, state, inputs)))
-    self._keep_personal(outputs, timer)
+    self._keep_personal(plan, outputs, timer)
+    return plan
 
-  def client_input(self, client_id, dataset, attack):
+  def client_input(self, plan, client_id, dataset, attack):
     """`next`'s input, or `personalize_and_next`'s when the round fuses."""
-    if not self._round.fused:
-      return super().client_input(client_id, dataset, attack)
+    if not plan.fused:
+      return super().client_input(plan, client_id, dataset, attack)
     start = self.own_models.weights(client_id)
     return ditto_lib.paired_input(
-        dataset, self._round.anchor if start is None else start,
+        dataset, plan.anchor if start is None else start,
         self.lam(client_id), client_context=True, attack=attack)
 
-  def run_round(self, process, state, client_inputs):
+  def run_round(self, plan, process, state, client_inputs):
     """`next`, or both models in one pass when `before_round` deferred."""
-    if not self._round.fused:
-      return super().run_round(process, state, client_inputs)
+    if not plan.fused:
+      return super().run_round(plan, process, state, client_inputs)
     timer = reports.PhaseTimer()
     with timer.phase('personal_and_global_train'):
       output = process.personalize_and_next(state, client_inputs)
     self._keep_personal(
-        {(cid, self.lam(cid)): personal
-         for cid, personal in zip(self._round.client_ids,
-                                  output.clients)}, timer)
-    return tff.learning.templates.LearningProcessOutput(output.state,
-                                                        output.metrics)
+        plan, {(cid, self.lam(cid)): personal
+               for cid, personal in zip(plan.client_ids, output.clients)},
+        timer)
+    return output
 
-  def _keep_personal(self, outputs, timer: reports.PhaseTimer) -> None:
+  def _keep_personal(self, plan: _Round, outputs,
+                     timer: reports.PhaseTimer) -> None:
     """Chooses, checks and stores the round's personal models.
 
     Args:
+      plan: The round (its records and seconds are filled here).
       outputs: (client, lambda) -> `personalize`'s output for it.
       timer: The round's personal phases so far.
     """
-    round_num, client_ids, due = (self._round.round_num,
-                                  self._round.client_ids, self._round.due)
+    round_num, client_ids, due = plan.number, plan.client_ids, plan.due
     context = self.context
     with timer.phase('personal_checks'):
       trained, chosen, on_split = self._choose_and_check(
           client_ids, list(outputs), due, outputs)
     with timer.phase('personal_write'):
-      self._records = []
       for cid in client_ids:
         metadata = self.own_models.metadata(cid)
         lam_round = (round_num if due[cid] or metadata is None
@@ -353,7 +361,7 @@ class Ditto(own_models.OwnModels):
             {'lam': float(chosen[cid]), 'lam_round': lam_round})
         on_train, validation = on_split[(cid, 'train')], on_split.get(
             (cid, 'validation'))
-        self._records.append({
+        plan.records.append({
             'round': round_num,
             'client': cid,
             'malicious': int(cid in context.malicious),
@@ -366,7 +374,7 @@ class Ditto(own_models.OwnModels):
             'validation_accuracy': ('' if validation is None
                                     else validation.accuracy),
         })
-    self._seconds = timer.released()
+    plan.seconds = timer.released()
 
   def _choose_and_check(self, client_ids, jobs, due, outputs):
     """Each client's chosen lambda and model, and its checks on its splits.
@@ -406,19 +414,18 @@ class Ditto(own_models.OwnModels):
                      else data.arrays(*key)))
     return trained, chosen, on_split
 
-  def after_round(self, round_num):
+  def after_round(self, plan, output):
     """Logs the round's personal steps; releases their statistics.
 
     Of the model each client ends the round with, on its training data, so
     a collapsed personal model shows (the loss averaged over the epoch's
     batches does not show it). Benign clients only when an attack is on.
     """
-    del round_num  # The records carry it.
-    records, self._records = self._records, []
-    self._log.append(records)
-    benign = [r for r in records if not r['malicious']]
+    del output  # The personal models were kept as they were trained.
+    self._log.append(plan.records)
+    benign = [r for r in plan.records if not r['malicious']]
     # Parts of the round's `seconds_train`.
-    released, self._seconds = self._seconds, {}
+    released = dict(plan.seconds)
     if not benign:  # Only attackers sampled: nothing to report this round.
       return released
     for name, worst in (('train_loss', 'max'), ('train_accuracy', 'min')):

@@ -14,6 +14,7 @@ import dataclasses
 from absl import logging
 
 from tff_fair.training import config as config_lib
+from tff_fair.training import experiment as experiment_lib
 from tff_fair.training import personalization
 from tff_fair.training.recipes import fedavg
 
@@ -41,8 +42,8 @@ class FedAvgFineTuning(fedavg.FedAvg):
   Settings = Settings
   output_files = (personalization.CHOICE_FILE,)
 
-  def final_evaluations(self, global_weights):
-    evaluations = super().final_evaluations(global_weights)
+  def final_evaluations(self, state, global_weights):
+    evaluations = super().final_evaluations(state, global_weights)
     epochs = self.settings.finetune_epochs
     logging.info('Fine-tuning the global model on every client for 1 to %d'
                  ' epoch(s).', epochs)
@@ -52,7 +53,7 @@ class FedAvgFineTuning(fedavg.FedAvg):
         global_weights, e, tag=self.config.rounds + 1)
                   for e in range(1, epochs + 1)}
     evaluations.update(self.context.final_metrics(
-        'fine_tuned', fine_tuned[epochs], plain=True))
+        'fine_tuned', fine_tuned[epochs], variant=experiment_lib.PLAIN))
     evaluations.update(personalization.validated_metrics(self.context, [
         personalization.Candidate('global', global_weights),
         *(personalization.Candidate(f'fine_tuned_{e}_epochs', models)

@@ -29,6 +29,7 @@ the mean training loss of its head and body passes). Per round it releases
 """
 
 import dataclasses
+from typing import Any
 
 from tff_fair.algorithms import fed_avg
 from tff_fair.algorithms import fedrep as fedrep_lib
@@ -51,6 +52,13 @@ class Settings(own_models.PersonalTrainingSettings):
   """
 
 
+@dataclasses.dataclass
+class _Round(own_models.RewardRound):
+  """A FedRep round: each client's one epoch of data."""
+
+  one_epoch: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
 class FedRep(own_models.RewardedModels):
   """FedRep's shared body and per-client heads."""
 
@@ -69,7 +77,6 @@ class FedRep(own_models.RewardedModels):
   def __init__(self, context):
     super().__init__(context)
     self._log = context.round_log(ROUND_LOG, ROUND_LOG_FIELDS)
-    self._one_epoch = {}
 
   def model_part(self):
     return parts.head(self.context.experiment.model_spec.head_variables)
@@ -88,13 +95,14 @@ class FedRep(own_models.RewardedModels):
     # The process repeats one epoch of each client's data for the head and
     # for the body passes, so it gets one epoch (the first of the driver's
     # shuffles), not the driver's `local_epochs`.
-    super().before_round(state, client_ids, round_num, datasets)
-    self._one_epoch = dict(zip(client_ids, self.context.client_datasets(
-        client_ids, round_num, epochs=1)))
+    plan = super().before_round(state, client_ids, round_num, datasets)
+    return _Round(**vars(plan), one_epoch=dict(zip(
+        client_ids, self.context.client_datasets(client_ids, round_num,
+                                                 epochs=1))))
 
-  def client_input(self, client_id, dataset, attack):
+  def client_input(self, plan, client_id, dataset, attack):
     del dataset  # `local_epochs` passes: the process makes its own.
-    return super().client_input(client_id, self._one_epoch[client_id],
+    return super().client_input(plan, client_id, plan.one_epoch[client_id],
                                 attack)
 
   def record_round(self, round_num, values):

@@ -119,7 +119,7 @@ class OwnModels(recipe.Recipe):
     return (self.own_models.part.extract(global_weights) if entry is None
             else entry)
 
-  def evaluation_models(self, global_weights, client_ids):
+  def evaluation_models(self, state, global_weights, client_ids):
     """The own models of the clients that have one (`test_*`), the global
     model of every client (`global_test_*`, if `evaluates_global`), and how
     many clients have no model of their own yet
@@ -134,7 +134,7 @@ class OwnModels(recipe.Recipe):
     return models, {'personal_clients_untrained': float(
         len(client_ids) - len(personalized))}
 
-  def final_evaluations(self, global_weights):
+  def final_evaluations(self, state, global_weights):
     """'global', and 'personalized': the clients that have a model of their own.
 
     A client never sampled has none; it is not scored with the global
@@ -143,7 +143,7 @@ class OwnModels(recipe.Recipe):
     would use (its own, else the global one). Without `evaluates_global`,
     'personalized' alone.
     """
-    evaluations = (super().final_evaluations(global_weights)
+    evaluations = (super().final_evaluations(state, global_weights)
                    if self.evaluates_global else {})
     ids = self.context.client_ids
     trained = set(self.own_models.trained_client_ids())
@@ -179,6 +179,14 @@ class OwnModels(recipe.Recipe):
 
 
 
+@dataclasses.dataclass
+class RewardRound(recipe.Round):
+  """A `RewardedModels` round: the global model each new client starts from.
+  """
+
+  global_weights: Any
+
+
 class RewardedModels(OwnModels):
   """A `client_outputs` process whose clients train and receive own models.
 
@@ -195,9 +203,6 @@ class RewardedModels(OwnModels):
   def __init__(self, context):
     super().__init__(context)
     self._process = None
-    self._global_weights = None
-    self._client_ids: list[str] = []
-    self._client_values: list[Mapping[str, Any]] = []
 
   def build_rewarding_process(self) -> client_outputs.ProcessWithClientOutputs:
     """The process, built with `client_context=True`."""
@@ -214,27 +219,26 @@ class RewardedModels(OwnModels):
     return {}
 
   def before_round(self, state, client_ids, round_num, datasets):
-    del round_num, datasets  # Each client's input is built one by one.
-    self._global_weights = self._process.get_model_weights(state)
-    self._client_ids = list(client_ids)
+    del datasets  # Each client's input is built one by one.
+    return RewardRound(round_num, tuple(client_ids), state,
+                       self._process.get_model_weights(state))
 
-  def client_input(self, client_id, dataset, attack):
+  def client_input(self, plan, client_id, dataset, attack):
     return client_outputs.model_client_input(
-        dataset, self.own_model_or_global(client_id, self._global_weights),
+        dataset, self.own_model_or_global(client_id, plan.global_weights),
         attack, **self.extra_input(client_id))
 
-  def run_round(self, process, state, client_inputs):
-    output = process.next_with_client_outputs(state, client_inputs)
-    self._client_values = list(output.clients)
-    return output
+  def run_round(self, plan, process, state, client_inputs):
+    del plan  # Every client's input carries what it needs.
+    return process.next_with_client_outputs(state, client_inputs)
 
-  def after_round(self, round_num):
+  def after_round(self, plan, output):
     """Keeps each client's new model; logs and releases the round."""
-    values = dict(zip(self._client_ids, self._client_values))
+    values = dict(zip(plan.client_ids, output.clients))
     for cid, client in values.items():
       self.own_models.write(
-          cid, client_outputs.as_model_weights(client['model']), round_num)
-    return self.record_round(round_num, values)
+          cid, client_outputs.as_model_weights(client['model']), plan.number)
+    return self.record_round(plan.number, values)
 
   def record_round(self, round_num: int,
                    values: Mapping[str, Mapping[str, Any]]

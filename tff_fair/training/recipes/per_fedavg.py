@@ -22,6 +22,7 @@ import tensorflow_federated as tff
 
 from tff_fair.algorithms import per_fedavg as per_fedavg_lib
 from tff_fair.training import config as config_lib
+from tff_fair.training import experiment as experiment_lib
 from tff_fair.training import personalization
 from tff_fair.training.recipes import recipe
 
@@ -110,16 +111,16 @@ class PerFedAvg(recipe.Recipe):
         steps=self.settings.per_fedavg_adapt_steps,
         optimizer=self._adaptation_optimizer)
 
-  def evaluation_models(self, global_weights, client_ids):
+  def evaluation_models(self, state, global_weights, client_ids):
     """The adapted models (`test_*`) and the global one (`global_test_*`)."""
     return {'': (self.adapted_models(global_weights), client_ids),
             'global_': (global_weights, client_ids)}, {}
 
-  def final_evaluations(self, global_weights):
-    evaluations = super().final_evaluations(global_weights)
+  def final_evaluations(self, state, global_weights):
+    evaluations = super().final_evaluations(state, global_weights)
     adapted = self.adapted_models(global_weights)
-    evaluations.update(self.context.final_metrics('personalized', adapted,
-                                                  plain=True))
+    evaluations.update(self.context.final_metrics(
+        'personalized', adapted, variant=experiment_lib.PLAIN))
     evaluations.update(personalization.validated_metrics(self.context, [
         personalization.Candidate('global', global_weights),
         personalization.Candidate('personalized', adapted)]))

@@ -10,11 +10,13 @@ one algorithm's is its recipe, one module under this package:
 * the shared settings it acts on (`reads`, `settings_read`): a run refuses
   any other given to it, and a resume compares only these;
 * building its `tff.learning.templates.LearningProcess`;
-* per-client state before and after a round (`before_round`,
-  `after_round`), kept in `RunContext.client_model_store` stores the driver
-  versions with the checkpoints;
+* a round: `before_round` returns its plan (a `Round`), which the driver
+  hands to `client_input`, `run_round` and `after_round`; per-client state
+  is kept in `RunContext.client_model_store` stores the driver versions
+  with the checkpoints;
 * what it evaluates per round (`evaluation_models`) and after the last round
-  (`final_evaluations`, with any tables of its own).
+  (`final_evaluations`, with any tables of its own), both from the server
+  state; what its round's log line shows (`progress_fields`).
 
 A run makes one recipe instance, after the data is loaded. The registry
 (`registry.RECIPES`) maps `--algorithm` names to recipe classes. The base
@@ -31,11 +33,13 @@ setting it declares changes the run.
 """
 
 from collections.abc import Mapping, Sequence
+import dataclasses
 from typing import Any, ClassVar
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_fair.algorithms import client_outputs
 from tff_fair.algorithms import fed_avg
 from tff_fair.evaluation import per_client
 from tff_fair.training import config as config_lib
@@ -45,6 +49,25 @@ from tff_fair.training import run_context
 ClientMetrics = per_client.ClientMetrics
 # Per-round evaluation: name prefix -> (weights, the clients to measure).
 EvaluationModels = dict[str, tuple[per_client.WeightsSource, list[str]]]
+
+
+@dataclasses.dataclass
+class Round:
+  """One round, from `Recipe.before_round` to `Recipe.after_round`.
+
+  A recipe that needs more until the round ends subclasses it (e.g.
+  Ditto's `_Round`: lambdas due, the anchor, records of the personal
+  step), so nothing of one round is left on the recipe.
+
+  Attributes:
+    number: The round.
+    client_ids: Its sampled clients, in order.
+    state: The server state it starts from.
+  """
+
+  number: int
+  client_ids: tuple[str, ...]
+  state: Any
 
 
 class Recipe:
@@ -76,6 +99,9 @@ class Recipe:
     runs_on_several_workers: False when its round returns per-client values
       (`client_outputs`), which TFF's multi-worker context cannot return;
       a run on several remote workers is then refused before it starts.
+    progress_fields: Released values the round's log line shows besides
+      the shared ones: (name, label) pairs, e.g. Ditto's worst personal
+      training accuracy.
 
   Attributes:
     context: The run's shared parts.
@@ -93,6 +119,7 @@ class Recipe:
   reads: ClassVar[config_lib.Reads] = config_lib.READS_ALL
   ignored_because: ClassVar[Mapping[str, str]] = {}
   runs_on_several_workers: ClassVar[bool] = True
+  progress_fields: ClassVar[tuple[tuple[str, str], ...]] = ()
 
   # --- Before the data is loaded (class methods). ---
 
@@ -124,6 +151,18 @@ class Recipe:
     if config.common_test_evaluation:
       return {'server_held_out_examples': None, **cls.reads}
     return cls.reads
+
+  @classmethod
+  def model_variants(cls, config: config_lib.RunConfig) -> dict[str, str]:
+    """Model variants beside the trained one: name -> architecture.
+
+    For an algorithm whose clients train several architectures (e.g. a
+    federation of LeNets and CNNs): the experiment binds each to the data
+    (`Experiment.model_specs`), and evaluation groups clients by variant
+    (`RunContext.evaluate(..., variant=...)`). None by default.
+    """
+    del config  # The base trains one architecture.
+    return {}
 
   @classmethod
   def needed_splits(cls, config: config_lib.RunConfig) -> tuple[str, ...]:
@@ -173,21 +212,29 @@ class Recipe:
 
   def before_round(self, state: Any, client_ids: Sequence[str],
                    round_num: int, datasets: Sequence[tf.data.Dataset]
-                   ) -> None:
-    """Runs before `next` of `round_num` (e.g. Ditto's personal step).
+                   ) -> 'Round':
+    """Plans round `round_num` (e.g. Ditto's personal step runs here).
 
     Args:
       state: The server state the round starts from.
       client_ids: The round's sampled clients.
       round_num: The round about to train.
       datasets: The clients' data of the global update, in order.
-    """
 
-  def client_input(self, client_id: str, dataset: tf.data.Dataset,
-                   attack: Any) -> Any:
+    Returns:
+      The round's plan, which the driver hands to `client_input`,
+      `run_round` and `after_round`: a `Round`, or a subclass with what
+      the recipe needs until the round ends (never kept on the recipe).
+    """
+    del datasets  # The base needs no more than the round's clients.
+    return Round(round_num, tuple(client_ids), state)
+
+  def client_input(self, plan: 'Round', client_id: str,
+                   dataset: tf.data.Dataset, attack: Any) -> Any:
     """One client's input to `next` when `client_context` is on.
 
     Args:
+      plan: The round's plan (`before_round`'s).
       client_id: The client.
       dataset: Its data for the round.
       attack: Its attack spec and seed (`update_attacks.attack_spec`).
@@ -196,36 +243,50 @@ class Recipe:
       By default `fed_avg.client_input(dataset, attack)`; a recipe whose
       process takes more per client (e.g. a width) builds that here.
     """
-    del client_id  # The same for every client by default.
+    del plan, client_id  # The same for every client by default.
     return fed_avg.client_input(dataset, attack)
 
-  def run_round(self, process: tff.learning.templates.LearningProcess,
+  def run_round(self, plan: 'Round',
+                process: tff.learning.templates.LearningProcess,
                 state: Any, client_inputs: Sequence[Any]
-                ) -> tff.learning.templates.LearningProcessOutput:
+                ) -> client_outputs.RoundOutput:
     """The round's federated computation: `process.next` by default.
 
     A recipe that needs what each client computed (e.g. updates to assess
-    contributions) calls a variant of its process that returns it, keeps
-    what it needs, and returns the state and metrics.
-    """
-    return process.next(state, client_inputs)
+    contributions) calls `next_with_client_outputs` and returns its
+    clients' values with the state and metrics.
 
-  def after_round(self, round_num: int) -> dict[str, float]:
-    """Runs after `next`, before the stores are committed.
+    Returns:
+      The new state, the round's metrics and the clients' values (None for
+      `next`), handed to `after_round`.
+    """
+    del plan  # The base runs the same round whatever the plan.
+    output = process.next(state, client_inputs)
+    return client_outputs.RoundOutput(output.state, output.metrics, None)
+
+  def after_round(self, plan: 'Round',
+                  output: client_outputs.RoundOutput) -> dict[str, float]:
+    """Runs after the round, before the stores are committed.
+
+    Args:
+      plan: The round's plan.
+      output: `run_round`'s.
 
     Returns:
       Values to release with the round's metrics.
     """
-    del round_num
+    del plan, output
     return {}
 
   def evaluation_models(
-      self, global_weights: tff.learning.models.ModelWeights,
+      self, state: Any, global_weights: tff.learning.models.ModelWeights,
       client_ids: list[str],
   ) -> tuple[EvaluationModels, dict[str, float]]:
     """The models a per-round evaluation measures on the clients' test data.
 
     Args:
+      state: The server state after the round (a recipe whose state holds
+        several models, e.g. clusters, measures them).
       global_weights: The global model after the round.
       client_ids: The clients to measure (the benign ones).
 
@@ -233,10 +294,11 @@ class Recipe:
       (prefix -> (weights, clients), values to release besides), released
       as `<prefix>test_accuracy_*` statistics over those clients.
     """
+    del state  # The base measures the global model.
     return {'': (global_weights, client_ids)}, {}
 
   def final_evaluations(
-      self, global_weights: tff.learning.models.ModelWeights
+      self, state: Any, global_weights: tff.learning.models.ModelWeights
   ) -> dict[str, Mapping[str, ClientMetrics]]:
     """Model kind -> per-client test metrics, after the last round.
 
@@ -244,5 +306,11 @@ class Recipe:
     tables of its own here too. Measure each kind with
     `RunContext.final_metrics`, which adds its common-test metrics when the
     run asks for them.
+
+    Args:
+      state: The server state of the last round (also when a finished run
+        is only re-evaluated).
+      global_weights: Its global model.
     """
+    del state  # The base measures the global model.
     return self.context.final_metrics('global', global_weights)

@@ -43,6 +43,7 @@ _IGNORED_BECAUSE = {
     'server_held_out_examples': 'it measures no model on common held-out'
                                 ' data unless --common_test_evaluation is'
                                 ' given',
+    'public_examples': 'it shares no public data among its clients',
 }
 
 

@@ -8,6 +8,7 @@ its own model ('standalone'). No federated round runs.
 
 from tff_fair import attacks
 from tff_fair.training import config as config_lib
+from tff_fair.training import experiment as experiment_lib
 from tff_fair.training.recipes import fedavg
 
 _NO_SERVER = 'standalone clients train alone, with no server step'
@@ -36,7 +37,9 @@ class Standalone(fedavg.FedAvg):
                     ' models are measured once, after training',
   }
 
-  def final_evaluations(self, global_weights):
+  def final_evaluations(self, state, global_weights):
     # With no round run, the "global" weights are the initial model.
-    return self.context.final_metrics('standalone', self.context.train_locally(
-        global_weights, self.context.standalone_epochs(), tag=0), plain=True)
+    return self.context.final_metrics(
+        'standalone', self.context.train_locally(
+            global_weights, self.context.standalone_epochs(), tag=0),
+        variant=experiment_lib.PLAIN)
