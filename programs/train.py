@@ -84,6 +84,11 @@ flags.DEFINE_integer('clients_per_round', None,
                      'Clients sampled per round (default: all).')
 flags.DEFINE_integer('examples_per_client', 0,
                      'Cap on each client\'s examples (0: no cap).')
+flags.DEFINE_integer('source_examples', 0,
+                     'Use a stratified subset of this many examples of the'
+                     ' data set before partitioning (0: all); keeps a'
+                     ' quantity skew\'s proportions, unlike a per-client'
+                     ' cap.')
 flags.DEFINE_float('validation_fraction', _DEFAULTS.validation_fraction,
                    'Share of each client\'s data held out for validation.')
 flags.DEFINE_float('test_fraction', _DEFAULTS.test_fraction,

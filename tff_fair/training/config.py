@@ -185,6 +185,9 @@ class RunConfig:
       (the Aequa paper's wording; needs quantity_clients * kappa < 1).
     examples_per_client: Cap on each client's pool before its own
       train/validation/test split; 0 means no cap.
+    source_examples: Use a deterministic stratified subset of this many
+      examples of the data set before partitioning (0: all of it); unlike
+      a per-client cap it keeps a quantity skew's proportions.
     validation_fraction / test_fraction: Each client's own split.
     server_held_out_examples: Size of each of two server-side held-out sets
       (validation, test) drawn from examples no client holds (0: none).
@@ -253,6 +256,7 @@ class RunConfig:
   quantity_large_clients: str = 'random'
   kappa_scope: str = 'shared'
   examples_per_client: int = 0
+  source_examples: int = 0
   validation_fraction: float = 0.1
   test_fraction: float = 0.2
   server_held_out_examples: int = 0
@@ -290,7 +294,8 @@ class RunConfig:
                  'local_epochs', 'batch_size'):
       if getattr(self, name) < 1:
         raise ConfigError(f'{name} must be >= 1, got {getattr(self, name)}.')
-    for name in ('examples_per_client', 'eval_every', 'seed',
+    for name in ('examples_per_client', 'source_examples', 'eval_every',
+                 'seed',
                  'server_held_out_examples', 'public_examples'):
       if getattr(self, name) < 0:
         raise ConfigError(f'{name} must be >= 0, got {getattr(self, name)}.')

@@ -329,7 +329,7 @@ def build_experiment(
   Args:
     config: The run's settings.
     max_examples: Load only a stratified subset of this many examples
-      (`data.load_source`); None loads everything.
+      (`data.load_source`); None: `config.source_examples` (0: all).
     slimmable: Train the slimmable version of the architecture (the
       algorithm's: `Recipe.slimmable`).
     needed_splits: The splits every client needs examples in.
@@ -340,6 +340,8 @@ def build_experiment(
   Raises:
     errors.UserError: (`ConfigError`, `DataError`) For any of these.
   """
+  if max_examples is None:
+    max_examples = config.source_examples or None
   source = data_lib.load_source(config.dataset, config.data_dir or None,
                                 max_examples=max_examples)
   try:
