@@ -1,0 +1,288 @@
+r"""The Aequa paper's comparison on every data set available offline here.
+
+Cases: data set x partition, each a seed. Data sets: MNIST (its 10,000 test
+images), Fashion-MNIST, CIFAR-10 and SST-2, and SVHN and CIFAR-100 when
+TFDS has them prepared on this machine (`tfds_data_dir`; skipped by name
+otherwise). Partitions (the paper's, after IAFL's code): homogeneous,
+Dirichlet(0.1), quantity skew (kappa 0.5 to 2 clients) and label skew
+#C=3 (NIID-Bench's rule). Seeds 0, 1, 2 for MNIST and Fashion-MNIST, 0
+for the others (`--seeds` overrides).
+
+Scale (smaller than the paper's, to fit a 2-core machine): 10 clients, all
+every round, on a stratified subset of `--source_examples` examples of the
+data set (6,000 by default, so about 420 training / 60 validation / 120
+test examples a client; the quantity skew keeps its proportions), each
+data set's default architecture and rates, `--rounds` rounds (20), one
+local epoch. The paper trains more clients for more rounds; the comparison
+(six methods on the same clients, data and seed) is the same.
+
+Methods, each its run: post-training Aequa (`aequa`), training-time Aequa
+(`aequa_rewards`), FedAvg + fine-tuning (`fedavg_ft`), CGSV, IAFL and
+standalone training (each client alone, from the Aequa run's
+contributions). Per case:
+
+* global accuracy and balanced accuracy on the common test set (the
+  clients' test splits pooled): FedAvg-FT's global model, Aequa's at full
+  width, training-time Aequa's at full width, CGSV's and IAFL's server
+  models;
+* the Pearson correlation between each client's reward accuracy and its
+  standalone accuracy, both on the common test set (IAFL's protocol, the
+  paper's), with the spread (max - min) of the standalone accuracies
+  beside it: where they are nearly equal, Pearson is ill-conditioned;
+* Aequa's IR violations and collaboration gain spread (aequa_fairness.json).
+
+Every case is its own resumable directory under `--output_dir`: a finished
+case is read back, an interrupted one resumes, so the table is built in
+parts (`--cases=mnist:dirichlet,fashion_mnist:label_skew`) across sessions.
+Each case writes `<output_dir>/<case>/seed<s>/case.json` (its figures and
+wall time); `--results_file` gathers every finished case (mean and spread
+over seeds) into one results file (benchmarks/report.py's schema).
+
+  .venv/bin/python -m benchmarks.aequa_table --output_dir=runs/aequa_table \
+      --results_file=benchmarks/results/aequa_table.json
+"""
+
+# Before anything imports TensorFlow: keep its start-up noise off the terminal.
+from tff_fair.runtime import quiet_startup  # pylint: disable=g-bad-import-order
+quiet_startup.import_tensorflow_quietly()
+
+import csv
+import json
+import os
+import time
+from typing import Any, Optional
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+
+from benchmarks import report
+from tff_fair import data as data_lib
+from tff_fair import errors
+from tff_fair import files
+from tff_fair.fairness import metrics as fairness_metrics
+from tff_fair.runtime import local as local_runtime
+from tff_fair.training import driver
+from tff_fair.training import log_filter
+from tff_fair.training import run_context
+from tff_fair.training.recipes import registry
+
+DATASETS = ('mnist', 'fashion_mnist', 'cifar10', 'sst2')
+# Through TFDS, when prepared on the machine.
+TFDS_DATASETS = ('svhn', 'cifar100')
+PARTITIONS = {
+    'homogeneous': dict(partition='homogeneous'),
+    'dirichlet': dict(partition='dirichlet', alpha=0.1),
+    'quantity_skew': dict(partition='quantity_skew', kappa=0.5,
+                          quantity_clients=2),
+    'label_skew': dict(partition='label_skew', classes_per_client=3,
+                       label_skew_rule='niid_bench'),
+}
+# Method -> (algorithm, its settings, the kind of each client's reward,
+# the kind of the global model or None).
+METHODS = {
+    'aequa': ('aequa', {}, 'aequa', 'global'),
+    'aequa_rewards': ('aequa_rewards', {}, 'aequa_rewards', 'global'),
+    'fedavg_ft': ('fedavg_ft', {}, 'fine_tuned', 'global'),
+    'cgsv': ('cgsv', {}, 'personalized', 'global'),
+    'iafl': ('iafl', {}, 'personalized', 'global'),
+}
+COMMON_TEST = run_context.COMMON_TEST
+_THREE_SEEDS = ('mnist', 'fashion_mnist')
+
+_OUTPUT_DIR = flags.DEFINE_string('output_dir', 'runs/aequa_table',
+                                  'Cases and their runs go here.')
+_CASES = flags.DEFINE_list(
+    'cases', [], 'dataset:partition cases to run (default: every one).')
+_SEEDS = flags.DEFINE_list(
+    'seeds', [], 'Seeds (default: 0,1,2 for MNIST and Fashion-MNIST, 0 for'
+    ' the others).')
+_ROUNDS = flags.DEFINE_integer('rounds', 20, 'Federated rounds.')
+_SOURCE_EXAMPLES = flags.DEFINE_integer(
+    'source_examples', 6000, 'Stratified subset of each data set.')
+_DATA_DIR = flags.DEFINE_string('data_dir', '', 'See docs/data.md.')
+_RESULTS_FILE = flags.DEFINE_string(
+    'results_file', '', 'Gather every finished case here as JSON (schema:'
+    ' benchmarks/report.py).')
+
+_COLUMNS = (
+    report.Column('dataset', 'data set'),
+    report.Column('partition', 'partition'),
+    report.Column('method', 'method'),
+    report.Column('seeds', 'seeds'),
+    report.Column('global_accuracy', 'global acc.', '.4f'),
+    report.Column('global_balanced_accuracy', 'global bal. acc.', '.4f'),
+    report.Column('pearson', 'Pearson', '.4f'),
+    report.Column('pearson_spread', '± (seeds)', '.4f'),
+    report.Column('standalone_spread', 'standalone spread', '.4f'),
+    report.Column('ir_violations', 'IR violations', '.1f'),
+    report.Column('gain_spread', 'gain spread', '.4f'),
+    report.Column('case_minutes', 'case minutes', '.1f'))
+
+
+def _available(dataset: str) -> bool:
+  """Whether the data set loads here (TFDS ones only when prepared)."""
+  try:
+    data_lib.load_source(dataset, _DATA_DIR.value or None, max_examples=10)
+  except (errors.UserError, ValueError) as e:
+    logging.warning('skipped: %s (%s)', dataset, e)
+    return False
+  return True
+
+
+def _cases() -> list[tuple[str, str]]:
+  known = [(d, p) for d in DATASETS + TFDS_DATASETS for p in PARTITIONS]
+  if not _CASES.value:
+    return known
+  chosen = [tuple(c.split(':', 1)) for c in _CASES.value]
+  unknown = [':'.join(c) for c in chosen if c not in known]
+  if unknown:
+    raise app.UsageError(
+        f'--cases: unknown {", ".join(unknown)}; cases are dataset:partition'
+        f' with datasets {", ".join(DATASETS + TFDS_DATASETS)} and'
+        f' partitions {", ".join(PARTITIONS)}.')
+  return chosen
+
+
+def _seeds(dataset: str) -> list[int]:
+  if _SEEDS.value:
+    return [int(s) for s in _SEEDS.value]
+  return [0, 1, 2] if dataset in _THREE_SEEDS else [0]
+
+
+def _read(table: str) -> dict[str, dict[str, tuple[float, float]]]:
+  """clients_final.csv: kind -> client -> (accuracy, balanced accuracy)."""
+  found = {}
+  with open(table) as f:
+    for row in csv.DictReader(f):
+      found.setdefault(row['model'], {})[row['client']] = (
+          float(row['accuracy']), float(row['balanced_accuracy']))
+  return found
+
+
+def _run(case_dir: str, dataset: str, partition: str, seed: int,
+         method: str) -> dict[str, dict[str, tuple[float, float]]]:
+  """One method's final metrics in a case (trains or resumes it)."""
+  algorithm, settings, _, _ = METHODS[method]
+  run_dir = os.path.join(case_dir, method)
+  driver.run(registry.make_config(
+      algorithm=algorithm, dataset=dataset, num_clients=10,
+      clients_per_round=10, source_examples=_SOURCE_EXAMPLES.value,
+      validation_fraction=0.1, test_fraction=0.2, rounds=_ROUNDS.value,
+      common_test_evaluation=True, eval_every=0, seed=seed,
+      data_dir=_DATA_DIR.value, output_dir=run_dir,
+      **PARTITIONS[partition], **settings))
+  return _read(os.path.join(run_dir, 'clients_final.csv'))
+
+
+def _case(dataset: str, partition: str, seed: int) -> dict[str, Any]:
+  """Runs (or reads) one case; writes and returns its figures."""
+  case_dir = os.path.join(_OUTPUT_DIR.value, f'{dataset}_{partition}',
+                          f'seed{seed}')
+  path = os.path.join(case_dir, 'case.json')
+  if os.path.exists(path):
+    with open(path) as f:
+      return json.load(f)
+  start = time.monotonic()
+  finals = {m: _run(case_dir, dataset, partition, seed, m) for m in METHODS}
+  standalone = finals['aequa']['standalone' + COMMON_TEST]
+  clients = sorted(standalone)
+  alone = np.array([standalone[c][0] for c in clients])
+  methods = {'standalone': dict(pearson=1.0)}
+  for method, (_, _, reward, global_kind) in METHODS.items():
+    rewards = finals[method][reward + COMMON_TEST]
+    pooled = finals[method][global_kind + COMMON_TEST]
+    methods[method] = dict(
+        pearson=fairness_metrics.pearson_correlation(
+            np.array([rewards[c][0] for c in clients]), alone),
+        # One model on one set: every client's entry is the same.
+        global_accuracy=pooled[clients[0]][0],
+        global_balanced_accuracy=pooled[clients[0]][1])
+  with open(os.path.join(case_dir, 'aequa', 'aequa_fairness.json')) as f:
+    fairness = json.load(f)
+  methods['aequa'].update(ir_violations=fairness['ir_violations'],
+                          gain_spread=fairness['gain_spread'])
+  figures = dict(dataset=dataset, partition=partition, seed=seed,
+                 standalone_spread=float(alone.max() - alone.min()),
+                 minutes=(time.monotonic() - start) / 60, methods=methods)
+  files.write_atomically(path, lambda f: json.dump(figures, f, indent=2))
+  return figures
+
+
+def _mean(values: list[Optional[float]]) -> Optional[float]:
+  values = [v for v in values if v is not None]
+  return float(np.mean(values)) if values else None
+
+
+def _rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """A row per case and method: means over the seeds that finished."""
+  by_case = {}
+  for case in cases:
+    by_case.setdefault((case['dataset'], case['partition']), []).append(case)
+  rows = []
+  for (dataset, partition), seeds in by_case.items():
+    for method in ('standalone', *METHODS):
+      figures = [s['methods'][method] for s in seeds]
+      pearsons = [f['pearson'] for f in figures]
+      rows.append(dict(
+          dataset=dataset, partition=partition, method=method,
+          seeds=len(seeds),
+          global_accuracy=_mean([f.get('global_accuracy') for f in figures]),
+          global_balanced_accuracy=_mean(
+              [f.get('global_balanced_accuracy') for f in figures]),
+          pearson=_mean(pearsons),
+          pearson_spread=(max(pearsons) - min(pearsons)
+                          if len(seeds) > 1 else None),
+          standalone_spread=_mean([s['standalone_spread'] for s in seeds]),
+          ir_violations=_mean([f.get('ir_violations') for f in figures]),
+          gain_spread=_mean([f.get('gain_spread') for f in figures]),
+          case_minutes=_mean([s['minutes'] for s in seeds])))
+  return rows
+
+
+def _every_finished_case() -> list[dict[str, Any]]:
+  """Every case.json under the output directory, from any invocation."""
+  found = []
+  for case in sorted(os.listdir(_OUTPUT_DIR.value)):
+    case_dir = os.path.join(_OUTPUT_DIR.value, case)
+    for seed in sorted(os.listdir(case_dir)) if os.path.isdir(
+        case_dir) else []:
+      path = os.path.join(case_dir, seed, 'case.json')
+      if os.path.exists(path):
+        with open(path) as f:
+          found.append(json.load(f))
+  return found
+
+
+def main(argv):
+  del argv
+  log_filter.keep_info_logs_of_tff_fair_only()
+  cases = _cases()
+  results = report.Results('aequa_table', {
+      f.name: f.value for f in (_OUTPUT_DIR, _CASES, _SEEDS, _ROUNDS,
+                                _SOURCE_EXAMPLES, _DATA_DIR)})
+  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  available = {}
+  with local_runtime.local_context():
+    for dataset, partition in cases:
+      if dataset not in available:
+        available[dataset] = _available(dataset)
+      if not available[dataset]:
+        continue
+      for seed in _seeds(dataset):
+        logging.info('Case %s:%s, seed %d.', dataset, partition, seed)
+        _case(dataset, partition, seed)
+        results.table('cases', 'Each case: means over the seeds that'
+                      ' finished', _COLUMNS, _rows(_every_finished_case()))
+        results.save(_RESULTS_FILE.value)
+  rows = _rows(_every_finished_case())
+  results.table('cases', 'Each case: means over the seeds that finished',
+                _COLUMNS, rows)
+  for row in rows:
+    print('  '.join(f'{k}={v}' for k, v in row.items()), flush=True)
+  results.write(_RESULTS_FILE.value)
+
+
+if __name__ == '__main__':
+  app.run(main)
