@@ -24,7 +24,6 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_fair.algorithms import ditto as ditto_lib
-from tff_fair.evaluation import statistics
 from tff_fair.runtime import remote
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
@@ -413,11 +412,7 @@ class Ditto(own_models.OwnModels):
     released, self._seconds = self._seconds, {}
     if not benign:  # Only attackers sampled: nothing to report this round.
       return released
-    for name, worst in (('train_loss', 'max'), ('train_accuracy', 'min')):
-      stats = statistics.summarize(
-          [r[name] for r in benign], higher_is_better=name != 'train_loss')
-      released[f'personal_{name}_mean'] = stats.mean
-      released[f'personal_{name}_{worst}'] = stats.worst
+    released.update(own_models.personal_train_statistics(benign))
     released['personal_lambda_mean'] = float(
         np.mean([r['lambda'] for r in benign]))
     return released
