@@ -31,7 +31,7 @@ from tff_fair.training import reports
 from tff_fair.training.recipes import own_models
 
 VARIANTS = ('sequential', 'interleaved')
-PERSONAL_ITERATES = ('average', 'last')
+PERSONAL_ITERATES = own_models.PERSONAL_ITERATES
 PERSONAL_DIR = 'personal'
 ROUND_LOG = 'personal_rounds.csv'
 ROUND_LOG_FIELDS = (
@@ -101,10 +101,7 @@ class Settings(own_models.PersonalTrainingSettings):
       '', 'JSON file {client_id: lambda} for every client.')
   ditto_variant: str = config_lib.setting(
       'sequential', 'update schedule.', choices=VARIANTS)
-  personal_iterate: str = config_lib.setting(
-      'average', "personal model kept each round: the average of the"
-      " round's iterates, or the last one (reference).",
-      choices=PERSONAL_ITERATES)
+  personal_iterate: str = own_models.personal_iterate_setting()
 
   def __post_init__(self):
     super().__post_init__()

@@ -68,6 +68,25 @@ class PersonalTrainingSettings:
                                           self.personal_learning_rate)
 
 
+# Which personal model a round keeps (`personal_iterate_setting`).
+PERSONAL_ITERATES = ('average', 'last')
+
+
+def personal_iterate_setting() -> Any:
+  """The `personal_iterate` field of a method's settings.
+
+  One name for one meaning wherever a round's personal training ends on a
+  model the method keeps: 'average' (the mean of the round's iterates;
+  stable) or 'last' (the last iterate, as the reference codes; on skewed
+  clients it can end a round collapsed onto one class). Check it with
+  `config.check_choice('personal_iterate', value, PERSONAL_ITERATES)`.
+  """
+  return config_lib.setting(
+      'average', "personal model kept each round: the average of the"
+      " round's iterates, or the last one (reference).",
+      choices=PERSONAL_ITERATES)
+
+
 def resolve_personal_rate(
     config: config_lib.RunConfig) -> config_lib.RunConfig:
   """`config` with a personal rate of 0 replaced by the client rate.
