@@ -17,7 +17,8 @@ lambda (w - theta*(w)). One client's round, as the reference code
    then one step of the local model,
        w_loc <- w_loc - eta lambda (w_loc - theta).
 3. The client sends w^t - w_loc (TFF's update sign) with its weight
-   (examples seen); the personalized model is theta.
+   (examples seen); the personalized model is theta (by default averaged
+   over the round: below).
 
 The server step is FedAvg's: the server optimizer applied to the weighted
 mean of the updates. With SGD at rate beta (`server_optimizer_fn`) that is
@@ -53,6 +54,14 @@ Where the reference is silent or this module differs:
   Fashion-MNIST stayed at chance with them, and trained with p_lr 0.01 to
   0.03). `tff_fair.training`'s recipe sets p_lr from eta and refuses
   eta * lambda >= 2; here the optimizer is opaque, so the caller keeps it.
+* The personalized model. The reference's is theta after the last batch:
+  the prox of that one batch's loss, which for a short last batch (a few
+  examples, say 4 of 420 at batch size 32) can collapse onto its classes
+  (a MNIST client's ended at 30% training accuracy while the global model
+  had 80%). By default (`average_personal_iterates`) a client returns the
+  mean of its thetas after each batch, weighted by the batch's examples:
+  on those MNIST clients 80% (the global 82%), on label-skewed digits 84%
+  instead of 82%. Training is the same either way.
 * Only the sampled clients train (the reference trains every client each
   round and aggregates a sample).
 
@@ -167,6 +176,7 @@ def build_local_training(
     lam: float,
     inner_steps: int,
     personal_learning_rate: float,
+    average_personal_iterates: bool = True,
 ) -> Callable[..., collections.OrderedDict]:
   """One client's pFedMe round (steps 1-2 of the module docstring).
 
@@ -178,6 +188,9 @@ def build_local_training(
     lam: lambda.
     inner_steps: K, inner steps per batch.
     personal_learning_rate: p_lr, the inner steps' SGD rate.
+    average_personal_iterates: The personalized model returned is the
+      mean of theta after each batch's inner steps, weighted by the batch's
+      examples, rather than theta after the last batch (the reference's).
 
   Returns:
     A `tf.function` `train(start, data)` taking the received `ModelWeights`
@@ -203,8 +216,8 @@ def build_local_training(
           non_trainable=list(non_trainable))
 
     def outer_step(state, batch):
-      theta, non_trainable, w_loc, opt_state, loss_sum, batches, examples = (
-          state)
+      (theta, non_trainable, w_loc, opt_state, loss_sum, batches, examples,
+       average) = state
       solved = inner(weights(theta, non_trainable),
                      tf.data.Dataset.from_tensors(batch).repeat(inner_steps),
                      anchor=weights(w_loc, ()), lam=lam)
@@ -212,17 +225,27 @@ def build_local_training(
       # The Moreau envelope's gradient at w_loc.
       envelope_gradient = tuple(lam * (w - t) for w, t in zip(w_loc, theta))
       opt_state, w_loc = optimizer.next(opt_state, w_loc, envelope_gradient)
+      batch_examples = solved['num_examples'] // inner_steps
+      examples += batch_examples
+      # Running mean of theta weighted by examples: a short last batch (a
+      # few examples of one class), whose prox theta alone can collapse
+      # onto that class, weighs little.
+      share = tf.cast(batch_examples, tf.float32) / tf.cast(
+          tf.maximum(examples, 1), tf.float32)
+      average = tuple(a + (t - a) * share for a, t in zip(average, theta))
       return (theta, tuple(solved['weights'].non_trainable), tuple(w_loc),
-              opt_state, loss_sum + solved['loss'], batches + 1.0,
-              examples + solved['num_examples'] // inner_steps)
+              opt_state, loss_sum + solved['loss'], batches + 1.0, examples,
+              average)
 
-    theta, non_trainable, w_loc, _, loss_sum, batches, examples = data.reduce(
-        (trainable, tuple(tf.nest.flatten(start.non_trainable)), trainable,
-         optimizer.initialize(specs), tf.constant(0.0), tf.constant(0.0),
-         tf.constant(0, tf.int64)), outer_step)
+    (theta, non_trainable, w_loc, _, loss_sum, batches, examples,
+     average) = data.reduce(
+         (trainable, tuple(tf.nest.flatten(start.non_trainable)), trainable,
+          optimizer.initialize(specs), tf.constant(0.0), tf.constant(0.0),
+          tf.constant(0, tf.int64), trainable), outer_step)
     return collections.OrderedDict(
         weights=weights(w_loc, non_trainable),
-        personal=weights(theta, non_trainable),
+        personal=weights(average if average_personal_iterates else theta,
+                         non_trainable),
         loss=tf.math.divide_no_nan(loss_sum, batches),
         num_examples=examples,
         metrics=model.report_local_unfinalized_metrics())
@@ -237,6 +260,7 @@ def build_client_update(
     lam: float = LAMBDA,
     inner_steps: int = INNER_STEPS,
     personal_learning_rate: float = PERSONAL_LEARNING_RATE,
+    average_personal_iterates: bool = True,
     client_weighting: fed_avg.ClientWeighting = (
         fed_avg.ClientWeighting.NUM_EXAMPLES),
     client_context: bool = False,
@@ -260,7 +284,9 @@ def build_client_update(
         client_data, client_context, initial_weights, derive_seed=False)
     trained = build_local_training(
         model_fn(), optimizer, lam=lam, inner_steps=inner_steps,
-        personal_learning_rate=personal_learning_rate)(initial_weights, data)
+        personal_learning_rate=personal_learning_rate,
+        average_personal_iterates=average_personal_iterates)(
+            initial_weights, data)
     update, weight = fed_avg.update_and_weight(initial_weights, trained, spec,
                                                client_weighting)
     return (tff.learning.templates.ClientResult(update, weight),
@@ -278,6 +304,7 @@ def build_pfedme(
     lam: float = LAMBDA,
     inner_steps: int = INNER_STEPS,
     personal_learning_rate: float = PERSONAL_LEARNING_RATE,
+    average_personal_iterates: bool = True,
     client_weighting: fed_avg.ClientWeighting = (
         fed_avg.ClientWeighting.NUM_EXAMPLES),
     model_aggregator: Optional[tff.aggregators.AggregationFactory] = None,
@@ -313,6 +340,10 @@ def build_pfedme(
     inner_steps: K, inner steps per batch, >= 1.
     personal_learning_rate: p_lr, the inner steps' rate, > 0, with
       p_lr * lam < 2.
+    average_personal_iterates: Each client's personalized model is the mean
+      of its thetas after each batch, weighted by examples (default;
+      stable), rather than the last (the reference's); the training is the
+      same.
     client_weighting: As in `fed_avg.build_fed_avg` (the reference weighs
       by training examples: `NUM_EXAMPLES`).
     model_aggregator: Any `tff.aggregators` factory of the updates.
@@ -337,6 +368,7 @@ def build_pfedme(
       model_fn, client_optimizer_fn, lam=float(lam),
       inner_steps=int(inner_steps),
       personal_learning_rate=float(personal_learning_rate),
+      average_personal_iterates=average_personal_iterates,
       client_weighting=client_weighting, client_context=client_context)
   return client_outputs.compose(
       parts.initial_model_weights_fn, parts.model_weights_distributor,
