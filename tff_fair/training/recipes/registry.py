@@ -19,6 +19,7 @@ from tff_fair.training.recipes import fedavg
 from tff_fair.training.recipes import fedavg_ft
 from tff_fair.training.recipes import fedprox
 from tff_fair.training.recipes import iafl
+from tff_fair.training.recipes import pfedme
 from tff_fair.training.recipes import recipe
 from tff_fair.training.recipes import standalone
 
@@ -32,6 +33,7 @@ RECIPES: dict[str, type[recipe.Recipe]] = {r.name: r for r in (
     aequa_rewards.AequaRewards,
     cgsv.Cgsv,
     iafl.Iafl,
+    pfedme.PFedMe,
 )}
 DEFAULT_ALGORITHM = 'fedavg'
 # Why an algorithm ignores a setting when its recipe does not say.
