@@ -25,7 +25,6 @@ from typing import Any, Optional
 import numpy as np
 
 from tff_fair.algorithms import ditto as ditto_lib
-from tff_fair.evaluation import statistics
 from tff_fair.runtime import remote
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
@@ -35,7 +34,7 @@ from tff_fair.training.recipes import own_models
 from tff_fair.training.recipes import recipe
 
 VARIANTS = ('sequential', 'interleaved')
-PERSONAL_ITERATES = ('average', 'last')
+PERSONAL_ITERATES = own_models.PERSONAL_ITERATES
 PERSONAL_DIR = 'personal'
 ROUND_LOG = 'personal_rounds.csv'
 ROUND_LOG_FIELDS = (
@@ -115,10 +114,7 @@ class Settings(own_models.PersonalTrainingSettings):
       '', 'JSON file {client_id: lambda} for every client.')
   ditto_variant: str = config_lib.setting(
       'sequential', 'update schedule.', choices=VARIANTS)
-  personal_iterate: str = config_lib.setting(
-      'average', "personal model kept each round: the average of the"
-      " round's iterates, or the last one (reference).",
-      choices=PERSONAL_ITERATES)
+  personal_iterate: str = own_models.personal_iterate_setting()
 
   def __post_init__(self):
     super().__post_init__()
@@ -428,11 +424,7 @@ class Ditto(own_models.OwnModels):
     released = dict(plan.seconds)
     if not benign:  # Only attackers sampled: nothing to report this round.
       return released
-    for name, worst in (('train_loss', 'max'), ('train_accuracy', 'min')):
-      stats = statistics.summarize(
-          [r[name] for r in benign], higher_is_better=name != 'train_loss')
-      released[f'personal_{name}_mean'] = stats.mean
-      released[f'personal_{name}_{worst}'] = stats.worst
+    released.update(own_models.personal_train_statistics(benign))
     released['personal_lambda_mean'] = float(
         np.mean([r['lambda'] for r in benign]))
     return released

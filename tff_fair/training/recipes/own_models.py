@@ -11,13 +11,14 @@ clients with a model of their own) and, when some client never trained,
 'personalized_or_global' (every client with the model it would use).
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 import dataclasses
 from typing import Any, ClassVar
 
 from absl import logging
 
 from tff_fair.algorithms import client_outputs
+from tff_fair.evaluation import statistics
 from tff_fair.models import parts
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
@@ -68,6 +69,25 @@ class PersonalTrainingSettings:
                                           self.personal_learning_rate)
 
 
+# Which personal model a round keeps (`personal_iterate_setting`).
+PERSONAL_ITERATES = ('average', 'last')
+
+
+def personal_iterate_setting() -> Any:
+  """The `personal_iterate` field of a method's settings.
+
+  One name for one meaning wherever a round's personal training ends on a
+  model the method keeps: 'average' (the mean of the round's iterates;
+  stable) or 'last' (the last iterate, as the reference codes; on skewed
+  clients it can end a round collapsed onto one class). Check it with
+  `config.check_choice('personal_iterate', value, PERSONAL_ITERATES)`.
+  """
+  return config_lib.setting(
+      'average', "personal model kept each round: the average of the"
+      " round's iterates, or the last one (reference).",
+      choices=PERSONAL_ITERATES)
+
+
 def resolve_personal_rate(
     config: config_lib.RunConfig) -> config_lib.RunConfig:
   """`config` with a personal rate of 0 replaced by the client rate.
@@ -79,6 +99,24 @@ def resolve_personal_rate(
     return dataclasses.replace(config, settings=dataclasses.replace(
         settings, personal_learning_rate=config.client_learning_rate))
   return config
+
+def personal_train_statistics(
+    records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+  """`personal_train_{loss,accuracy}_{mean,worst}` of a round's personal steps.
+
+  Of the models the round's clients end it with, on their training data
+  (`train_loss`, `train_accuracy` of each record): the mean and the worst
+  client (highest loss, lowest accuracy), so one collapsed personal model
+  shows. Pass the benign clients' records (at least one).
+  """
+  released = {}
+  for name, worst in (('train_loss', 'max'), ('train_accuracy', 'min')):
+    stats = statistics.summarize(
+        [r[name] for r in records], higher_is_better=name != 'train_loss')
+    released[f'personal_{name}_mean'] = stats.mean
+    released[f'personal_{name}_{worst}'] = stats.worst
+  return released
+
 
 # The store of the models CGSV and IAFL reward their clients with.
 REWARDED_MODELS_DIR = 'client_models'

@@ -21,6 +21,7 @@ from tff_fair.training.recipes import fedprox
 from tff_fair.training.recipes import fedrep
 from tff_fair.training.recipes import iafl
 from tff_fair.training.recipes import per_fedavg
+from tff_fair.training.recipes import pfedme
 from tff_fair.training.recipes import recipe
 from tff_fair.training.recipes import standalone
 
@@ -36,6 +37,7 @@ RECIPES: dict[str, type[recipe.Recipe]] = {r.name: r for r in (
     iafl.Iafl,
     per_fedavg.PerFedAvg,
     fedrep.FedRep,
+    pfedme.PFedMe,
 )}
 DEFAULT_ALGORITHM = 'fedavg'
 # Why an algorithm ignores a setting when its recipe does not say.
