@@ -36,6 +36,11 @@ client on one TensorFlow thread) and the allocator time for 10,000 clients
 and 76 width levels, from their own scripts.
 
   .venv/bin/python -m benchmarks.aequa_fmnist --output_dir=runs/bench_aequa
+
+With `--results_file` it also writes the partition table as JSON
+(`benchmarks/report.py`): table `partitions`, a row per partition with the
+keys of aequa_fmnist.csv. The timings' scripts write their own with their
+own `--results_file`.
 """
 
 # Before anything imports TensorFlow: keep its start-up noise off the terminal.
@@ -52,6 +57,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from benchmarks import report
 from tff_fair.fairness import metrics as fairness_metrics
 from tff_fair.runtime import local as local_runtime
 from tff_fair.training import config as config_lib
@@ -69,6 +75,19 @@ _P_MIN = flags.DEFINE_float('p_min', 0.1, 'Narrowest width, trained and'
 _SERVER_HELD_OUT = flags.DEFINE_integer(
     'server_held_out_examples', 10_000,
     'Size of each server held-out set (0: the clients\' pooled splits).')
+_RESULTS_FILE = flags.DEFINE_string(
+    'results_file', '', 'Also write the results as JSON here (schema:'
+    ' benchmarks/report.py).')
+
+_RESULT_COLUMNS = (
+    report.Column('partition', 'partition'),
+    report.Column('aequa_full_width_accuracy', 'Aequa full width', '.4f'),
+    report.Column('fedavg_accuracy', 'FedAvg', '.4f'),
+    report.Column('aequa_pearson', 'Aequa Pearson', '.4f'),
+    report.Column('fedavg_ft_pearson', 'FedAvg-FT Pearson', '.4f'),
+    report.Column('aequa_gain_spread', 'Aequa gain spread', '.4f'),
+    report.Column('fedavg_ft_gain_spread', 'FedAvg-FT gain spread', '.4f'),
+    report.Column('aequa_ir_violations', 'IR violations', 'd'))
 
 _PARTITIONS = {
     'homogeneous': dict(partition='homogeneous'),
@@ -106,6 +125,9 @@ def _fairness(contributions, metrics):
 def main(argv):
   del argv
   log_filter.keep_info_logs_of_tff_fair_only()
+  results = report.Results('aequa_fmnist', {
+      f.name: f.value for f in (_OUTPUT_DIR, _ROUNDS, _SEED, _DATA_DIR,
+                                _P_MIN, _SERVER_HELD_OUT)})
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   rows = []
   with local_runtime.local_context():
@@ -152,6 +174,9 @@ def main(argv):
     writer = csv.DictWriter(f, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
+  results.table('partitions', 'Aequa against FedAvg and FedAvg +'
+                ' fine-tuning, per partition', _RESULT_COLUMNS, rows)
+  results.write(_RESULTS_FILE.value)
   # Timings from their own scripts (separate processes, no TFF worker).
   for command in (('benchmarks.slimmable_step_time',),
                   ('benchmarks.slimmable_step_time', '--concurrent_clients=4'),

@@ -40,6 +40,14 @@ a finished one without the common-test kinds is re-evaluated only.
 
   .venv/bin/python -m benchmarks.aequa_rewards_fmnist \
       --output_dir=runs/bench_aequa_rewards
+
+With `--results_file` it also writes the results as JSON
+(`benchmarks/report.py`): tables `common` and `own` (a row per partition
+and method: pearson, mean_accuracy, free_rider_accuracy, noisy_accuracy on
+that test set) and `training_time` (a row per partition and training-time
+variant: free_rider_at_p_min_from_round, 0 for never;
+honest_clients_at_p_min; last_round_bytes_free_rider and _max;
+seconds_per_round, fedavg_seconds_per_round and over_fedavg).
 """
 
 # Before anything imports TensorFlow: keep its start-up noise off the terminal.
@@ -54,6 +62,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from benchmarks import report
 from tff_fair.fairness import metrics as fairness_metrics
 from tff_fair.runtime import local as local_runtime
 from tff_fair.training import driver
@@ -68,7 +77,10 @@ _SEED = flags.DEFINE_integer('seed', 0, 'Seed of every run.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'See the README.')
 _GAMMA = flags.DEFINE_float(
     'contribution_gamma', 0.9, "Training-time Aequa's weight of past"
-    ' contributions (the README also quotes 0.5; use another --output_dir).')
+    ' contributions (use another --output_dir for another value).')
+_RESULTS_FILE = flags.DEFINE_string(
+    'results_file', '', 'Also write the results as JSON here (schema:'
+    ' benchmarks/report.py).')
 
 FREE_RIDER = 'client_0001'
 NOISY_CLIENT = 'client_0002'
@@ -93,6 +105,27 @@ _METHODS = {
     'iafl': ('iafl', {}, 'personalized'),
     'fedavg_ft': ('fedavg_ft', {}, 'fine_tuned'),
 }
+
+
+_ACCURACY_COLUMNS = (
+    report.Column('partition', 'partition'),
+    report.Column('method', 'method'),
+    report.Column('pearson', 'Pearson', '.4f'),
+    report.Column('mean_accuracy', 'mean acc.', '.4f'),
+    report.Column('free_rider_accuracy', 'free rider', '.4f'),
+    report.Column('noisy_accuracy', 'noisy client', '.4f'))
+_TRAINING_TIME_COLUMNS = (
+    report.Column('partition', 'partition'),
+    report.Column('method', 'method'),
+    report.Column('free_rider_at_p_min_from_round',
+                  'free rider at p_min from round', 'd'),
+    report.Column('honest_clients_at_p_min', 'honest clients at p_min', 'd'),
+    report.Column('last_round_bytes_free_rider',
+                  'free rider bytes, last round', ',d'),
+    report.Column('last_round_bytes_max', 'most bytes, last round', ',d'),
+    report.Column('seconds_per_round', 's/round', '.2f'),
+    report.Column('fedavg_seconds_per_round', 'FedAvg s/round', '.2f'),
+    report.Column('over_fedavg', 'ratio', '.2f'))
 
 
 # Test sets each final model is measured on -> suffix of its model kind.
@@ -219,6 +252,9 @@ def _training_time_rewards(partition: str, method: str,
 def main(argv):
   del argv
   log_filter.keep_info_logs_of_tff_fair_only()
+  results = report.Results('aequa_rewards_fmnist', {
+      f.name: f.value for f in (_OUTPUT_DIR, _ROUNDS, _SEED, _DATA_DIR,
+                                _GAMMA)})
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   noise_file = os.path.join(_OUTPUT_DIR.value, 'label_noise.json')
   with open(noise_file, 'w') as f:
@@ -276,6 +312,25 @@ def main(argv):
     writer = csv.DictWriter(f, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
+  for test_set in _TEST_SETS:
+    results.table(
+        test_set, f'Accuracies on the {test_set} test set'
+        f' ({_TEST_SET_NAMES[test_set]})',
+        _ACCURACY_COLUMNS,
+        [{'partition': row['partition'], 'method': method,
+          **{name: row[f'{method}_{name}_{test_set}'] for name in (
+              'pearson', 'mean_accuracy', 'free_rider_accuracy',
+              'noisy_accuracy')}}
+         for row in rows for method in _METHODS])
+  results.table(
+      'training_time', 'Training-time Aequa: widths, bytes and seconds',
+      _TRAINING_TIME_COLUMNS,
+      [{'partition': row['partition'], 'method': method,
+        'fedavg_seconds_per_round': row['fedavg_seconds_per_round'],
+        **{c.key: row[f'{method}_{c.key}']
+           for c in _TRAINING_TIME_COLUMNS[2:] if f'{method}_{c.key}' in row}}
+       for row in rows for method in _TRAINING_TIME])
+  results.write(_RESULTS_FILE.value)
 
 
 if __name__ == '__main__':

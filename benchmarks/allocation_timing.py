@@ -11,6 +11,12 @@ time of `solve_exact` and of `solve_annealing` (default options: seeded with the
 exact optimum) and the cost ratio annealing / exact; the last column is an
 annealing run from the proportional start (no exact seed), to show what the
 seed buys.
+
+With `--results_file` it also writes the table as JSON
+(`benchmarks/report.py`): table `allocation`, a row per contributions kind
+and N with exact_seconds, exact_cpu_seconds, annealing_seconds,
+annealing_cpu_seconds, annealing_over_exact and unseeded_over_exact (cost
+ratios).
 """
 
 import argparse
@@ -19,6 +25,7 @@ import time
 
 import numpy as np
 
+from benchmarks import report
 from tff_fair.fairness import allocation
 
 WIDTHS = np.linspace(0.25, 1.0, 76)
@@ -50,7 +57,12 @@ def main() -> None:
   parser.add_argument('--repeats', type=int, default=3,
                       help='runs per timing; the median is reported')
   parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--results_file', default='',
+                      help='also write the results as JSON here (schema:'
+                      ' benchmarks/report.py)')
   args = parser.parse_args()
+  results = report.Results('allocation_timing', vars(args))
+  rows = []
 
   print(f'{len(WIDTHS)} levels; annealing iterations = max(200000, 100 N)')
   header = (f'{"contributions":>13} {"N":>6} {"exact s":>8} {"(cpu)":>6}'
@@ -72,6 +84,27 @@ def main() -> None:
             f' {anneal_time:>9.3f} {anneal_cpu:>6.3f}'
             f' {annealed.cost / exact.cost:>13.6f}'
             f' {unseeded.cost / exact.cost:>15.3f}')
+      rows.append(dict(
+          contributions=kind, clients=n, exact_seconds=exact_time,
+          exact_cpu_seconds=exact_cpu, annealing_seconds=anneal_time,
+          annealing_cpu_seconds=anneal_cpu,
+          annealing_over_exact=annealed.cost / exact.cost,
+          unseeded_over_exact=unseeded.cost / exact.cost))
+  results.table('allocation', f'Width allocation over {len(WIDTHS)} levels:'
+                ' median seconds (CPU seconds) and cost ratios', (
+                    report.Column('contributions', 'contributions'),
+                    report.Column('clients', 'clients', ',d'),
+                    report.Column('exact_seconds', 'exact s', '.3f'),
+                    report.Column('exact_cpu_seconds', 'exact CPU s', '.3f'),
+                    report.Column('annealing_seconds', 'annealing s', '.3f'),
+                    report.Column('annealing_cpu_seconds', 'annealing CPU s',
+                                  '.3f'),
+                    report.Column('annealing_over_exact',
+                                  'annealing / exact cost', '.6f'),
+                    report.Column('unseeded_over_exact',
+                                  'unseeded annealing / exact cost', '.3f')),
+                rows)
+  results.write(args.results_file)
 
 
 if __name__ == '__main__':

@@ -24,6 +24,11 @@ history) and of the whole round:
 Systems: fedavg, ditto (sequential, the default variant), ditto_interleaved
 (one pass with both models). Compare with `benchmarks.round_time`, which
 times the federated computations alone.
+
+With `--results_file` it also writes the table as JSON
+(`benchmarks/report.py`): table `phases`, a row per phase with the median
+seconds of each system under the system's name (None where a system has no
+such phase).
 """
 
 # Before anything imports TensorFlow: keep its start-up noise off the terminal.
@@ -37,6 +42,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from benchmarks import report
 from benchmarks import timing_settings
 from tff_fair.training import driver
 from tff_fair.runtime import execution
@@ -58,6 +64,9 @@ _SYSTEMS = flags.DEFINE_list('systems', list(SYSTEMS), 'Systems to run.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'See the README.')
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', None, 'Runs go to <output_dir>/<system> (must be new).')
+_RESULTS_FILE = flags.DEFINE_string(
+    'results_file', '', 'Also write the results as JSON here (schema:'
+    ' benchmarks/report.py).')
 
 
 def _phases(history: list[dict[str, float]]) -> dict[str, float]:
@@ -75,6 +84,9 @@ def main(argv):
   log_filter.keep_info_logs_of_tff_fair_only()
   timing_settings.check_flags(_ROUNDS.value, _SYSTEMS.value, SYSTEMS)
   setting = timing_settings.SETTINGS[_SETTING.value]
+  results = report.Results('round_phases', {
+      f.name: f.value for f in (_SETTING, _ROUNDS, _CLIENTS, _SYSTEMS,
+                                _DATA_DIR, _OUTPUT_DIR)})
   table = collections.OrderedDict()
   with execution.execution_context('local', ''):
     for system in _SYSTEMS.value:
@@ -95,6 +107,15 @@ def main(argv):
     print(f'{name:<28}' + ''.join(
         f'{row[name]:>20.2f}' if name in row else f'{"":>20}'
         for row in table.values()))
+  results.table(
+      'phases', f'Setting {_SETTING.value}, {_CLIENTS.value} clients, median'
+      f' seconds over rounds 2..{_ROUNDS.value}',
+      [report.Column('phase', 'phase')] + [
+          report.Column(system, system, '.2f') for system in table],
+      [dict(phase=name, **{system: row.get(name)
+                           for system, row in table.items()})
+       for name in names])
+  results.write(_RESULTS_FILE.value)
 
 
 if __name__ == '__main__':

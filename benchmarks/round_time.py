@@ -48,6 +48,11 @@ arithmetic).
 
 A ratio measured while other jobs share the cores is not comparable: run it
 on an idle machine.
+
+With `--results_file` it also writes the results as JSON
+(`benchmarks/report.py`): table `systems` (a row per system: median_seconds,
+min_seconds, max_seconds, median_cpu_seconds, median_cores) and table
+`ratios` (a row per ratio: of_seconds, of_cpu_seconds).
 """
 
 # Before anything imports TensorFlow: keep its start-up noise off the terminal.
@@ -66,6 +71,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from benchmarks import report
 from benchmarks import timing_settings
 from tff_fair.algorithms import aequa
 from tff_fair.algorithms import aequa_rewards
@@ -101,6 +107,9 @@ _MODEL = flags.DEFINE_enum('model', None, list(model_names.PLAIN_MODELS),
                            "The architecture; default the setting's.")
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'See the README.')
 _OUTPUT = flags.DEFINE_string('output_csv', '', 'Also write the table here.')
+_RESULTS_FILE = flags.DEFINE_string(
+    'results_file', '', 'Also write the results as JSON here (schema:'
+    ' benchmarks/report.py).')
 
 
 def _model() -> str:
@@ -305,6 +314,9 @@ def main(argv):
   del argv
   log_filter.keep_info_logs_of_tff_fair_only()
   timing_settings.check_flags(_ROUNDS.value, _SYSTEMS.value, SYSTEMS)
+  results = report.Results('round_time', {
+      f.name: f.value for f in (_SETTING, _ROUNDS, _CLIENTS, _SYSTEMS,
+                                _MODEL, _DATA_DIR, _OUTPUT)})
   rows = collections.OrderedDict()
   with local_runtime.local_context():
     systems = []
@@ -334,6 +346,7 @@ def main(argv):
   lines += [f'{name:<22}{m:>10.2f}{lo:>8.2f}{hi:>8.2f}{cpu:>8.2f}{cores:>7.2f}'
             for name, (m, lo, hi, cpu, cores) in rows.items()]
   lines.append(f'{"ratio":<22}{"of s":>10}{"of CPU s":>10}')
+  ratios = []
   for label, num, den in (('b/a', 'b_tff_fedavg', 'a_plain_tf'),
                           ('a xla/a', 'a_plain_tf_xla', 'a_plain_tf'),
                           ('c/a', 'c_fedavg', 'a_plain_tf'),
@@ -356,6 +369,8 @@ def main(argv):
     if num in median and den in median:
       lines.append(f'{label:<22}{median[num] / median[den]:>10.2f}'
                    f'{median_cpu[num] / median_cpu[den]:>10.2f}')
+      ratios.append(dict(ratio=label, of_seconds=median[num] / median[den],
+                         of_cpu_seconds=median_cpu[num] / median_cpu[den]))
   print(f'Setting {_SETTING.value}, model {_model()}, {_CLIENTS.value}'
         f' clients, rounds 2..'
         f'{_ROUNDS.value}:\n' + '\n'.join(lines))
@@ -366,6 +381,23 @@ def main(argv):
       writer.writerow(['system', 'median_seconds', 'min_seconds',
                        'max_seconds', 'median_cpu_seconds', 'median_cores'])
       writer.writerows((name, *row) for name, row in rows.items())
+  results.table(
+      'systems', f'Setting {_SETTING.value}, model {_model()},'
+      f' {_CLIENTS.value} clients, rounds 2..{_ROUNDS.value}', (
+          report.Column('system', 'system'),
+          report.Column('median_seconds', 'median s', '.2f'),
+          report.Column('min_seconds', 'min s', '.2f'),
+          report.Column('max_seconds', 'max s', '.2f'),
+          report.Column('median_cpu_seconds', 'CPU s', '.2f'),
+          report.Column('median_cores', 'cores busy', '.2f')),
+      [dict(system=name, median_seconds=m, min_seconds=lo, max_seconds=hi,
+            median_cpu_seconds=cpu, median_cores=cores)
+       for name, (m, lo, hi, cpu, cores) in rows.items()])
+  results.table('ratios', 'Ratios of the medians', (
+      report.Column('ratio', 'ratio'),
+      report.Column('of_seconds', 'of seconds', '.2f'),
+      report.Column('of_cpu_seconds', 'of CPU seconds', '.2f')), ratios)
+  results.write(_RESULTS_FILE.value)
 
 
 if __name__ == '__main__':

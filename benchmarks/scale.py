@@ -24,6 +24,11 @@ process and of its TFF worker(s) every 0.1 s.
   .venv/bin/python -m benchmarks.scale --output_dir=runs/bench_scale
 
 Targets: peak RSS at 10,000 clients <= 1.2 x at 1,000; round time within 20%.
+
+With `--results_file` it also writes the results as JSON
+(`benchmarks/report.py`): table `runs` (a row per run: run, clients,
+executor, peak_rss_mb, median_seconds_per_round, total_seconds) and table
+`ratios` (ratio, value).
 """
 
 # Before anything imports TensorFlow: keep its start-up noise off the terminal.
@@ -44,12 +49,17 @@ import numpy as np
 import portpicker
 import psutil
 
+from benchmarks import report
+
 _OUTPUT_DIR = flags.DEFINE_string('output_dir', 'runs/bench_scale',
                                   'Runs and the result table go here.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'See the README.')
 _ROUNDS = flags.DEFINE_integer('rounds', 10, 'Rounds of every run.')
 _EXAMPLES_PER_CLIENT = flags.DEFINE_integer(
     'examples_per_client', 7, 'Cap on each Ditto client\'s pool (0: none).')
+_RESULTS_FILE = flags.DEFINE_string(
+    'results_file', '', 'Also write the results as JSON here (schema:'
+    ' benchmarks/report.py).')
 
 _COLUMNS = ('run', 'clients', 'executor', 'peak_rss_mb',
             'median_seconds_per_round', 'total_seconds')
@@ -116,6 +126,9 @@ def _start_workers(count: int) -> list[tuple[subprocess.Popen, int]]:
 
 def main(argv):
   del argv
+  results = report.Results('scale', {
+      f.name: f.value for f in (_OUTPUT_DIR, _DATA_DIR, _ROUNDS,
+                                _EXAMPLES_PER_CLIENT)})
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   rows = []
   ditto = dict(algorithm='ditto', dataset='fashion_mnist',
@@ -172,6 +185,21 @@ def main(argv):
         f' <= 1.2x), round time {time_ratio:.2f}x (target 0.8-1.2x).')
   print(f'FedAvg, two loopback workers / local: round time'
         f' {workers_ratio:.2f}x.')
+  results.table('runs', 'Peak memory and round time', (
+      report.Column('run', 'run'),
+      report.Column('clients', 'clients', ',d'),
+      report.Column('executor', 'executor'),
+      report.Column('peak_rss_mb', 'peak RSS (MB)', '.0f'),
+      report.Column('median_seconds_per_round', 's/round (median)', '.2f'),
+      report.Column('total_seconds', 'total s', '.0f')), rows)
+  results.table('ratios', 'Ratios', (
+      report.Column('ratio', 'ratio'), report.Column('value', 'value', '.2f')),
+      [dict(ratio='Ditto, 10,000 / 1,000 clients: peak RSS', value=rss_ratio),
+       dict(ratio='Ditto, 10,000 / 1,000 clients: s/round',
+            value=time_ratio),
+       dict(ratio='FedAvg, two loopback workers / local: s/round',
+            value=workers_ratio)])
+  results.write(_RESULTS_FILE.value)
 
 if __name__ == '__main__':
   app.run(main)

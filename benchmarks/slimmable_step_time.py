@@ -26,6 +26,12 @@ do, so the ratio also measures how well small ops parallelize. A federated
 round trains its clients concurrently, sharing the cores:
 `--concurrent_clients=4` times that (wall time per step, over all
 clients), and `--threads=1` the work of one step on one thread.
+
+With `--results_file` it also writes the results as JSON
+(`benchmarks/report.py`): table `steps` (a row per step timed: step,
+median_ms and best_ms per step), table `ratios` (ratio, median, best) and
+table `arithmetic` (width, multiply_accumulates per example,
+active_parameters).
 """
 
 import os
@@ -47,6 +53,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from benchmarks import report
 from tff_fair.models import model_fns
 from tff_fair.models import slimmable
 # Imported for its side effect: TFF's import-time context (pulled in by
@@ -131,7 +138,11 @@ def main():
                       help='TensorFlow threads (0: TensorFlow\'s default).')
   parser.add_argument('--concurrent_clients', type=int, default=1,
                       help='Models stepping at once, one Python thread each.')
+  parser.add_argument('--results_file', default='',
+                      help='Also write the results as JSON here (schema:'
+                      ' benchmarks/report.py).')
   args = parser.parse_args()
+  results = report.Results('slimmable_step_time', vars(args))
   if args.threads:
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
@@ -180,6 +191,7 @@ def main():
   for label in rows:
     print(f'  {label}: {1e3 * med[label]:.2f} ({1e3 * best[label]:.2f})')
   labels = list(rows)
+  ratios = []
   for label, num, den in (
       (f'{args.narrow:.2f} / 1.00', labels[0], labels[2]),
       (f'{args.narrow:.2f} known / 1.00', labels[1], labels[2]),
@@ -187,6 +199,8 @@ def main():
       ('two reference passes / one', labels[5], labels[3])):
     print(f'  step-time ratio {label}: {med[num] / med[den]:.3f} median,'
           f' {best[num] / best[den]:.3f} best')
+    ratios.append(dict(ratio=label, median=med[num] / med[den],
+                       best=best[num] / best[den]))
   model = _model_step(args.model, loss_fn, slim=True)[1]
   macs = {w: slimmable.multiply_accumulates(model, w)
           for w in (args.narrow, 1.0)}
@@ -194,6 +208,27 @@ def main():
         f' (ratio {macs[args.narrow] / macs[1.0]:.3f}); active parameters:'
         f' {slimmable.active_parameter_count(model, args.narrow):,} vs'
         f' {slimmable.active_parameter_count(model, 1.0):,}')
+  results.table(
+      'steps', f'Slimmable {args.model}, batch {args.batch},'
+      f' {args.concurrent_clients} client(s) at once, TensorFlow threads:'
+      f' {threads}; ms per step', (
+          report.Column('step', 'step'),
+          report.Column('median_ms', 'median ms', '.2f'),
+          report.Column('best_ms', 'best ms', '.2f')),
+      [dict(step=label, median_ms=1e3 * med[label],
+            best_ms=1e3 * best[label]) for label in rows])
+  results.table('ratios', 'Step-time ratios', (
+      report.Column('ratio', 'ratio'),
+      report.Column('median', 'of medians', '.3f'),
+      report.Column('best', 'of bests', '.3f')), ratios)
+  results.table('arithmetic', 'Work per example', (
+      report.Column('width', 'width', '.2f'),
+      report.Column('multiply_accumulates', 'multiply-accumulates', ',d'),
+      report.Column('active_parameters', 'active parameters', ',d')),
+      [dict(width=w, multiply_accumulates=macs[w],
+            active_parameters=slimmable.active_parameter_count(model, w))
+       for w in (args.narrow, 1.0)])
+  results.write(args.results_file)
 
 
 if __name__ == '__main__':
