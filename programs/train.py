@@ -47,6 +47,9 @@ _TRAINING = '2. training'
 _ALGORITHM = '3. algorithm settings, --algorithm='
 _RUNTIME = '4. runtime'
 _OUTPUT = '5. evaluation and output'
+# Topic -> group, for docs/running.md (`python -m tools.render_docs`).
+FLAG_GROUPS = {'data': _DATA, 'training': _TRAINING, 'runtime': _RUNTIME,
+               'output': _OUTPUT}
 _KEY_FLAGS = ('algorithm', 'dataset', 'partition', 'num_clients', 'rounds',
               'output_dir')
 
