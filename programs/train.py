@@ -88,16 +88,16 @@ flags.DEFINE_enum('label_skew_rule', _DEFAULTS.label_skew_rule,
                   ' (seeded), as in NIID-Bench, IAFL and Aequa; a class no'
                   ' client draws (only with fewer clients than classes) is'
                   ' left unused. cyclic: m consecutive classes around one'
-                  ' random cycle (tff_fair before this flag; with m dividing'
-                  ' K only K/m distinct, disjoint class sets). Runs saved'
-                  ' before this flag used cyclic and resume only with it.',
+                  ' random cycle (with m dividing K only K/m distinct,'
+                  ' disjoint class sets); the rule of runs saved by older'
+                  ' tff_fair versions, which resume only with it.',
                   module_name=_DATA)
 flags.DEFINE_enum('quantity_large_clients', _DEFAULTS.quantity_large_clients,
                   config_lib.QUANTITY_LARGE_CLIENTS,
                   'quantity_skew: which clients are large. random:'
                   ' --quantity_clients clients drawn at random (seeded);'
-                  ' first: clients 0..m-1 (tff_fair before this flag; runs'
-                  ' saved before it used first and resume only with it).',
+                  ' first: clients 0..m-1 (the rule of runs saved by older'
+                  ' tff_fair versions, which resume only with it).',
                   module_name=_DATA)
 flags.DEFINE_enum('kappa_scope', _DEFAULTS.kappa_scope,
                   config_lib.KAPPA_SCOPES,
