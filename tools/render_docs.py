@@ -172,13 +172,29 @@ def benchmark_part(argument: str) -> str:
                      f' {", ".join(results["tables"])}.')
     return results_table(results['tables'][table])
   machine, load = results['machine'], results['load_average']
-  lines = [f'`{results["command"]}`: {_minutes(results["wall_seconds"])},'
-           f' {machine["cores"]} cores, load average'
-           f' {load["mean"]} (mean) / {load["max"]} (max) while it ran;'
-           f' results file `benchmarks/results/{name}.json`.', '']
+  lines = ['<!-- test: command -->', '```sh',
+           _wrapped(results['command'].replace('python -m',
+                                               '.venv/bin/python -m', 1)),
+           '```', '',
+           f'It ran for {_minutes(results["wall_seconds"])} on'
+           f' {machine["cores"]} cores, load average {load["mean"]} (mean)'
+           f' and {load["max"]} (max); results file'
+           f' `benchmarks/results/{name}.json`.', '']
   for table in results['tables'].values():
     lines += [f'{table["title"]}:', '', results_table(table)]
   return '\n'.join(lines)
+
+
+def _wrapped(command: str, width: int = 76) -> str:
+  """A shell command broken with backslashes before `width` columns."""
+  lines, line = [], ''
+  for word in command.split():
+    if line and len(line) + 1 + len(word) > width - 2:
+      lines.append(line + ' \\')
+      line = '    ' + word
+    else:
+      line = f'{line} {word}' if line else word
+  return '\n'.join(lines + [line])
 
 
 def machines_table() -> str:
