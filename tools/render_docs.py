@@ -110,7 +110,7 @@ def algorithm_settings_table(name: str) -> str:
   lines = ['| flag | default | what it sets |', '| --- | --- | --- |']
   for field, owners in rows:
     choices = field.metadata['choices']
-    text = (f'One of {", ".join(f"`{c}`" for c in choices)}. '
+    text = (f'One of {", ".join(f"`{c}`" for c in choices)}: '
             if choices else '') + field.metadata['help']
     if len(owners) > 1:
       text += f' (Also read by {", ".join(o for o in owners if o != name)}.)'
