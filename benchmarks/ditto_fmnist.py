@@ -78,6 +78,10 @@ def _config(name: str, **overrides) -> config_lib.RunConfig:
       seed=_SEED.value, data_dir=_DATA_DIR.value,
       output_dir=os.path.join(_OUTPUT_DIR.value, name))
   values.update(overrides)
+  if values.get('algorithm') == 'standalone':
+    # No rounds, no server: a run refuses the settings it would ignore.
+    for name in ('server_optimizer', 'server_learning_rate', 'eval_every'):
+      del values[name]
   return registry.make_config(**values)
 
 

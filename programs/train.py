@@ -1,6 +1,6 @@
 r"""Trains a tff_fair algorithm on a federated data set; resumable.
 
-Example (the README's main job):
+Example (`make demo`, the README's main job):
 
   python -m programs.train --algorithm=fedavg --dataset=fashion_mnist \
       --partition=dirichlet --alpha=0.5 --num_clients=10 --rounds=5 \
@@ -11,7 +11,8 @@ completed round. Exit status (`EXIT_CODES`): 2 for a bad flag, setting,
 input file, data set or saved run, reported as one message without a
 traceback before anything is written or trained; 3 when a remote TFF worker
 is unreachable or lost (restart it and re-run); 1 with a traceback for an
-internal error. See tff_fair/training/driver.py for the output layout.
+internal error. --help shows the key flags, --helpfull every flag by
+topic; docs/running.md describes them and the output directory.
 """
 
 # Before anything imports TensorFlow: keep its start-up noise off the terminal.
@@ -38,25 +39,48 @@ from tff_fair.training.recipes import registry
 
 _DEFAULTS = config_lib.RunConfig(output_dir='unused')
 
+# absl's --helpfull lists flags by the module that defines them, modules in
+# sorted order: these names group them by topic instead, as docs/running.md
+# does. `--help` shows the key flags (`_KEY_FLAGS`).
+_DATA = '1. data'
+_TRAINING = '2. training'
+_ALGORITHM = '3. algorithm settings, --algorithm='
+_RUNTIME = '4. runtime'
+_OUTPUT = '5. evaluation and output'
+# Topic -> group, for docs/running.md (`python -m tools.render_docs`).
+FLAG_GROUPS = {'data': _DATA, 'training': _TRAINING, 'runtime': _RUNTIME,
+               'output': _OUTPUT}
+_KEY_FLAGS = ('algorithm', 'dataset', 'partition', 'num_clients', 'rounds',
+              'output_dir')
+
 flags.DEFINE_enum('algorithm', registry.DEFAULT_ALGORITHM, registry.names(),
-                  'Training algorithm.')
+                  'Training algorithm (docs/algorithms/<name>.md).',
+                  module_name=_TRAINING)
 flags.DEFINE_string('dataset', _DEFAULTS.dataset,
                     'fashion_mnist, mnist, cifar10, femnist, shakespeare,'
-                    ' sst2 or digits.')
+                    ' sst2 or digits.',
+                    module_name=_DATA)
 flags.DEFINE_string('data_dir', '', 'Data directory; default'
-                    ' $TFF_FAIR_DATA_DIR (layout: see README).')
+                    ' $TFF_FAIR_DATA_DIR (layout: docs/data.md).',
+                    module_name=_DATA)
 flags.DEFINE_enum('partition', _DEFAULTS.partition, config_lib.PARTITIONS,
-                  'How examples are split among clients.')
-flags.DEFINE_float('alpha', _DEFAULTS.alpha, 'Dirichlet concentration.')
+                  'How examples are split among clients.',
+                  module_name=_DATA)
+flags.DEFINE_float('alpha', _DEFAULTS.alpha, 'Dirichlet concentration.',
+                   module_name=_DATA)
 flags.DEFINE_bool('dirichlet_top_up', _DEFAULTS.dirichlet_top_up,
                   'dirichlet: one draw, small clients topped up from the'
-                  ' largest (for many clients; see tff_fair.data.partition).')
+                  ' largest (for many clients; see tff_fair.data.partition).',
+                  module_name=_DATA)
 flags.DEFINE_float('kappa', _DEFAULTS.kappa,
-                   'quantity_skew: share of data held by the large clients.')
+                   'quantity_skew: share of data held by the large clients.',
+                   module_name=_DATA)
 flags.DEFINE_integer('quantity_clients', _DEFAULTS.quantity_clients,
-                     'quantity_skew: number of large clients.')
+                     'quantity_skew: number of large clients.',
+                     module_name=_DATA)
 flags.DEFINE_integer('classes_per_client', _DEFAULTS.classes_per_client,
-                     'label_skew: classes per client (#C=m).')
+                     'label_skew: classes per client (#C=m).',
+                     module_name=_DATA)
 flags.DEFINE_enum('label_skew_rule', _DEFAULTS.label_skew_rule,
                   config_lib.LABEL_SKEW_RULES,
                   'label_skew: how classes are assigned. niid_bench: client'
@@ -64,134 +88,175 @@ flags.DEFINE_enum('label_skew_rule', _DEFAULTS.label_skew_rule,
                   ' (seeded), as in NIID-Bench, IAFL and Aequa; a class no'
                   ' client draws (only with fewer clients than classes) is'
                   ' left unused. cyclic: m consecutive classes around one'
-                  ' random cycle (tff_fair before this flag; with m dividing'
-                  ' K only K/m distinct, disjoint class sets). Runs saved'
-                  ' before this flag used cyclic and resume only with it.')
+                  ' random cycle (with m dividing K only K/m distinct,'
+                  ' disjoint class sets); the rule of runs saved by older'
+                  ' tff_fair versions, which resume only with it.',
+                  module_name=_DATA)
 flags.DEFINE_enum('quantity_large_clients', _DEFAULTS.quantity_large_clients,
                   config_lib.QUANTITY_LARGE_CLIENTS,
                   'quantity_skew: which clients are large. random:'
                   ' --quantity_clients clients drawn at random (seeded);'
-                  ' first: clients 0..m-1 (tff_fair before this flag; runs'
-                  ' saved before it used first and resume only with it).')
+                  ' first: clients 0..m-1 (the rule of runs saved by older'
+                  ' tff_fair versions, which resume only with it).',
+                  module_name=_DATA)
 flags.DEFINE_enum('kappa_scope', _DEFAULTS.kappa_scope,
                   config_lib.KAPPA_SCOPES,
                   'quantity_skew: shared: --kappa is the large clients\''
                   ' share of the data together (IAFL\'s reading); each: each'
                   ' large client holds kappa of it (the Aequa paper\'s'
-                  ' wording; needs quantity_clients * kappa < 1).')
-flags.DEFINE_integer('num_clients', _DEFAULTS.num_clients, 'Clients.')
+                  ' wording; needs quantity_clients * kappa < 1).',
+                  module_name=_DATA)
+flags.DEFINE_integer('num_clients', _DEFAULTS.num_clients, 'Clients.',
+                     module_name=_DATA)
 flags.DEFINE_integer('clients_per_round', None,
-                     'Clients sampled per round (default: all).')
+                     'Clients sampled per round (default: all).',
+                     module_name=_TRAINING)
 flags.DEFINE_integer('examples_per_client', 0,
-                     'Cap on each client\'s examples (0: no cap).')
+                     'Cap on each client\'s examples (0: no cap).',
+                     module_name=_DATA)
 flags.DEFINE_integer('source_examples', 0,
                      'Use a stratified subset of this many examples of the'
                      ' data set before partitioning (0: all); keeps a'
                      ' quantity skew\'s proportions, unlike a per-client'
-                     ' cap.')
+                     ' cap.', module_name=_DATA)
 flags.DEFINE_float('validation_fraction', _DEFAULTS.validation_fraction,
-                   'Share of each client\'s data held out for validation.')
+                   'Share of each client\'s data held out for validation.',
+                   module_name=_DATA)
 flags.DEFINE_float('test_fraction', _DEFAULTS.test_fraction,
-                   'Share of each client\'s data held out for testing.')
+                   'Share of each client\'s data held out for testing.',
+                   module_name=_DATA)
 flags.DEFINE_integer('server_held_out_examples', 0,
                      'Size of each of the server\'s held-out validation and'
                      ' test sets, drawn from examples no client holds (0:'
                      ' none); read where models are judged on common'
                      ' held-out data (Aequa\'s rewards, IAFL\'s standalone'
-                     ' contributions, --common_test_evaluation).')
+                     ' contributions, --common_test_evaluation).',
+                     module_name=_DATA)
 flags.DEFINE_integer('public_examples', 0,
                      'Size of a public set of examples no client holds,'
-                     ' which distillation algorithms share (0: none).')
-flags.DEFINE_integer('rounds', _DEFAULTS.rounds, 'Federated rounds.')
+                     ' which distillation algorithms share (0: none).',
+                     module_name=_DATA)
+flags.DEFINE_integer('rounds', _DEFAULTS.rounds, 'Federated rounds.',
+                     module_name=_TRAINING)
 flags.DEFINE_integer('local_epochs', _DEFAULTS.local_epochs,
-                     'Client epochs per round.')
+                     'Client epochs per round.',
+                     module_name=_TRAINING)
 flags.DEFINE_integer(
     'batch_size', 0, 'Batch size (0: the data set\'s: '
-    + config_lib.dataset_defaults_help('batch_size') + ').')
+    + config_lib.dataset_defaults_help('batch_size') + ').',
+                     module_name=_TRAINING)
 flags.DEFINE_enum('client_optimizer', _DEFAULTS.client_optimizer,
-                  config_lib.OPTIMIZERS, 'Client optimizer.')
+                  config_lib.OPTIMIZERS, 'Client optimizer.',
+                  module_name=_TRAINING)
 flags.DEFINE_float(
     'client_learning_rate', 0.0, 'Client learning rate (0: the data set\'s:'
-    ' ' + config_lib.dataset_defaults_help('client_learning_rate') + ').')
+    ' ' + config_lib.dataset_defaults_help('client_learning_rate') + ').',
+                   module_name=_TRAINING)
 flags.DEFINE_enum('server_optimizer', _DEFAULTS.server_optimizer,
-                  config_lib.OPTIMIZERS, 'Server optimizer.')
+                  config_lib.OPTIMIZERS, 'Server optimizer.',
+                  module_name=_TRAINING)
 flags.DEFINE_float('server_learning_rate', _DEFAULTS.server_learning_rate,
-                   'Server learning rate.')
+                   'Server learning rate.',
+                   module_name=_TRAINING)
 flags.DEFINE_string(
     'model', '', 'Architecture: one of ' + ', '.join(model_names.PLAIN_MODELS)
     + '; for --algorithm=' + ' or '.join(
         name for name in registry.names() if registry.get(name).slimmable)
     + ' one of ' + ', '.join(model_names.SLIMMABLE_MODELS)
     + ' (default: the data set\'s: ' + config_lib.dataset_defaults_help('model')
-    + ').')
+    + ').',
+                    module_name=_TRAINING)
 flags.DEFINE_integer('eval_every', _DEFAULTS.eval_every,
-                     'Evaluate every client every N rounds (0: at the end).')
+                     'Evaluate every client every N rounds (0: at the end).',
+                     module_name=_OUTPUT)
 flags.DEFINE_bool(
     'common_test_evaluation', _DEFAULTS.common_test_evaluation,
     'After the last round, also measure each client\'s final model(s) on the'
     ' common test set (the server\'s held-out test set, else all clients\''
     ' test splits pooled), as CGSV, IAFL and Aequa judge rewards: model kinds'
-    ' <kind>:common_test in clients_final.csv.')
-flags.DEFINE_integer('seed', _DEFAULTS.seed, 'Random seed.')
-flags.DEFINE_string('output_dir', None, 'Checkpoints and results.')
+    ' <kind>:common_test in clients_final.csv.',
+                  module_name=_OUTPUT)
+flags.DEFINE_integer('seed', _DEFAULTS.seed, 'Random seed.',
+                     module_name=_TRAINING)
+flags.DEFINE_string('output_dir', None, 'Checkpoints and results.',
+                    module_name=_OUTPUT)
 flags.DEFINE_enum('aggregator', _DEFAULTS.aggregator, config_lib.AGGREGATORS,
-                  'Aggregation of the global model\'s client updates.')
+                  'Aggregation of the global model\'s client updates.',
+                  module_name=_TRAINING)
 flags.DEFINE_float('dp_noise_multiplier', _DEFAULTS.dp_noise_multiplier,
                    'Noise multiplier of --aggregator=dp, below 0.1 per'
-                   ' client of a round (TFF\'s adaptive clipping).')
+                   ' client of a round (TFF\'s adaptive clipping).',
+                   module_name=_TRAINING)
 flags.DEFINE_float('dp_delta', _DEFAULTS.dp_delta,
                    '--aggregator=dp: the delta of the reported (epsilon,'
-                   ' delta), below 1/num_clients (0: 1/num_clients^1.1).')
+                   ' delta), below 1/num_clients (0: 1/num_clients^1.1).',
+                   module_name=_TRAINING)
 flags.DEFINE_float('dp_target_epsilon', _DEFAULTS.dp_target_epsilon,
                    '--aggregator=dp: a privacy budget; the run takes the'
                    ' smallest noise multiplier whose epsilon after --rounds'
-                   ' is at most this (0: use --dp_noise_multiplier).')
+                   ' is at most this (0: use --dp_noise_multiplier).',
+                   module_name=_TRAINING)
 flags.DEFINE_enum('attack', _DEFAULTS.attack, attacks.ATTACKS,
-                  'Byzantine attack of the malicious clients.')
+                  'Byzantine attack of the malicious clients.',
+                  module_name=_TRAINING)
 flags.DEFINE_float('malicious_fraction', _DEFAULTS.malicious_fraction,
-                   'Fraction of clients that attack.')
+                   'Fraction of clients that attack.',
+                   module_name=_TRAINING)
 flags.DEFINE_float('attack_scale', _DEFAULTS.attack_scale,
-                   'model_replacement: update multiplier.')
+                   'model_replacement: update multiplier.',
+                   module_name=_TRAINING)
 flags.DEFINE_string('label_noise_file', _DEFAULTS.label_noise_file,
                     'JSON {client_id: fraction} of each named client\'s'
                     ' training labels replaced by random classes (1: a free'
-                    ' rider; clients not named keep their labels).')
+                    ' rider; clients not named keep their labels).',
+                    module_name=_DATA)
 
 
 def _define_algorithm_flags() -> None:
-  """One flag per algorithm setting, from its recipe's `Settings` field."""
+  """One flag per algorithm setting, from its recipe's `Settings` field.
+
+  `--helpfull` lists each under the algorithms that read it.
+  """
   for field, owners in registry.setting_fields():
     help_text = f'{"/".join(owners)}: {field.metadata["help"]}'
+    group = {'module_name': _ALGORITHM + ' or '.join(owners)}
     if field.metadata['choices']:
       flags.DEFINE_enum(field.name, field.default, field.metadata['choices'],
-                        help_text)
+                        help_text, **group)
     elif isinstance(field.default, bool):
-      flags.DEFINE_bool(field.name, field.default, help_text)
+      flags.DEFINE_bool(field.name, field.default, help_text, **group)
     elif isinstance(field.default, int):
-      flags.DEFINE_integer(field.name, field.default, help_text)
+      flags.DEFINE_integer(field.name, field.default, help_text, **group)
     elif isinstance(field.default, float):
-      flags.DEFINE_float(field.name, field.default, help_text)
+      flags.DEFINE_float(field.name, field.default, help_text, **group)
     else:
-      flags.DEFINE_string(field.name, field.default, help_text)
+      flags.DEFINE_string(field.name, field.default, help_text, **group)
 
 
 _define_algorithm_flags()
 flags.DEFINE_integer('max_concurrent_computation_calls', -1,
-                     'Local TFF worker concurrency (-1: unlimited).')
+                     'Local TFF worker concurrency (-1: unlimited).',
+                     module_name=_RUNTIME)
 flags.DEFINE_enum('executor', 'local', execution.EXECUTORS,
                   'local: a TFF worker process of our own; remote: the TFF'
-                  ' workers in --workers (python -m programs.worker).')
+                  ' workers in --workers (python -m programs.worker).',
+                  module_name=_RUNTIME)
 flags.DEFINE_string('workers', '', 'remote: host:port,... of running TFF'
-                    ' workers; several split each round\'s clients.')
+                    ' workers; several split each round\'s clients.',
+                    module_name=_RUNTIME)
 flags.DEFINE_bool('start_over', False,
                   'Discard the run saved in --output_dir (settings,'
                   ' checkpoints, personal models, metrics, tables; other'
-                  ' files are kept) and train from round 0.')
+                  ' files are kept) and train from round 0.',
+                  module_name=_OUTPUT)
 flags.DEFINE_bool('checkpoint_fallback', False,
                   'If the latest checkpoint is damaged, resume from the'
                   ' newest intact one (the damaged ones are renamed'
-                  ' *_damaged) instead of stopping.')
+                  ' *_damaged) instead of stopping.',
+                  module_name=_OUTPUT)
 flags.mark_flag_as_required('output_dir')
+for _name in _KEY_FLAGS:
+  flags.declare_key_flag(_name)
 
 FLAGS = flags.FLAGS
 # Generated from the recipes' declarations: which algorithms ignore a flag.

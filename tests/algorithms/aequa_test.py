@@ -156,6 +156,15 @@ class AequaTest(tff_test_utils.TffTestCase):
         aequa.build_aequa(_SPEC.model_fn, _sgd(0.1), p_min=p_min,
                           p_max=p_max)
 
+  def test_a_model_without_width_input_is_refused_in_one_line(self):
+    plain = model_fns.build_model_spec(
+        'lenet', x_shape=(8, 8, 1), x_dtype=tf.float32, y_shape=(),
+        num_classes=10)
+    with self.assertRaisesRegex(
+        ValueError, r'^build_aequa needs a slimmable model.*build_model_spec'
+        r"\('slimmable_lenet'[^\n]*$"):
+      aequa.build_aequa(plain.model_fn, _sgd(0.1))
+
 
 if __name__ == '__main__':
   tf.test.main()

@@ -1,5 +1,7 @@
 """The one table of exit statuses in programs/train.py; its flag help."""
 
+import dataclasses
+
 from absl.testing import absltest
 
 from programs import train
@@ -47,6 +49,31 @@ class FlagHelpTest(absltest.TestCase):
       # (absl puts an enum's choices first.)
       self.assertIn(f'{"/".join(owners)}: {field.metadata["help"]}',
                     flag.help)
+
+  def test_helpfull_groups_flags_by_topic(self):
+    by_module = {flag.name: module for module, flag_list in
+                 train.FLAGS.flags_by_module_dict().items()
+                 for flag in flag_list}
+    settings = {field.name: owners
+                for field, owners in registry.setting_fields()}
+    shared = [f.name for f in dataclasses.fields(config_lib.RunConfig)
+              if f.name != 'settings']
+    for name in [*shared, *settings, 'executor', 'workers', 'start_over',
+                 'checkpoint_fallback', 'max_concurrent_computation_calls']:
+      with self.subTest(flag=name):
+        if name in settings:
+          # Under the algorithms that read it.
+          self.assertEqual(by_module[name], '3. algorithm settings,'
+                           ' --algorithm=' + ' or '.join(settings[name]))
+        else:
+          self.assertRegex(by_module[name], r'^[1245]\. [a-z ]+$')
+
+  def test_help_shows_the_key_flags(self):
+    # What --help lists: the program's key flags.
+    key_flags = {f.name for f in
+                 train.FLAGS.get_key_flags_for_module(train.__name__)}
+    self.assertContainsSubset({'algorithm', 'dataset', 'output_dir'},
+                              key_flags)
 
 
 if __name__ == '__main__':

@@ -66,6 +66,22 @@ def plain_data_type(model_fn) -> tff.SequenceType:
       collections.OrderedDict(x=features, y=spec['y'])))
 
 
+def _check_slimmable(model_fn) -> None:
+  """Refuses a model whose input has no width, before TFF traces it.
+
+  Otherwise the first traced step fails inside Keras with an error about
+  missing `features`/`width` inputs, far from the cause.
+  """
+  with tf.Graph().as_default():
+    spec = model_fn().input_spec
+  if slimmable.split_inputs(spec['x'])[1] is None:
+    raise ValueError(
+        'build_aequa needs a slimmable model, whose input carries a width;'
+        " model_fn's input has none: build it with a slimmable spec, e.g."
+        " tff_fair.models.model_fns.build_model_spec('slimmable_lenet',"
+        ' ...).model_fn.')
+
+
 def sample_widths(seed, step, p_min: float, p_max, count: int) -> tf.Tensor:
   """The widths one local step trains besides the full width.
 
@@ -200,12 +216,13 @@ def build_aequa(
     A `tff.learning.templates.LearningProcess`.
 
   Raises:
-    ValueError: For widths outside (0, 1], p_min > p_max, or
-      widths_per_step < 0.
+    ValueError: For widths outside (0, 1], p_min > p_max,
+      widths_per_step < 0, or a model whose input carries no width.
   """
   contribution.check_width_range(p_min, p_max)
   if widths_per_step < 0:
     raise ValueError(f'widths_per_step must be >= 0, got {widths_per_step}.')
+  _check_slimmable(model_fn)
   return fed_avg.build_fed_avg(
       model_fn, client_optimizer_fn, server_optimizer_fn,
       client_weighting=client_weighting,
