@@ -187,8 +187,9 @@ def build_cfl(
     slot = (tf.gather(value['membership'], index) if client_context
             else tf.constant(0))
     pick = lambda tensors: [tf.gather(t, slot) for t in tensors]
+    # tf.equal, not ==: in TFF's graphs == compares the tensors' identity.
     return collections.OrderedDict(  # Keys sorted: `select_by_index`.
-        leaf=tf.logical_not(tf.reduce_any(value['parent'] == slot)),
+        leaf=tf.logical_not(tf.reduce_any(tf.equal(value['parent'], slot))),
         non_trainable=pick(value['slots']['non_trainable']), slot=slot,
         trainable=pick(value['slots']['trainable']))
 
