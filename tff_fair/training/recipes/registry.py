@@ -13,6 +13,7 @@ from tff_fair.models import names as model_names
 from tff_fair.training import config as config_lib
 from tff_fair.training.recipes import aequa
 from tff_fair.training.recipes import aequa_rewards
+from tff_fair.training.recipes import cfl
 from tff_fair.training.recipes import cgsv
 from tff_fair.training.recipes import ditto
 from tff_fair.training.recipes import fedavg
@@ -38,6 +39,7 @@ RECIPES: dict[str, type[recipe.Recipe]] = {r.name: r for r in (
     per_fedavg.PerFedAvg,
     fedrep.FedRep,
     pfedme.PFedMe,
+    cfl.Cfl,
 )}
 DEFAULT_ALGORITHM = 'fedavg'
 # Why an algorithm ignores a setting when its recipe does not say.

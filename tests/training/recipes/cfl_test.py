@@ -1,0 +1,150 @@
+"""Clustered FL in the driver: a rotated group split off, exact resume."""
+
+import dataclasses
+import json
+import os
+from unittest import mock
+
+import numpy as np
+import tensorflow as tf
+
+from tests import tff_test_utils
+from tests.training.recipes import recipe_test_utils
+from tff_fair import data as data_lib
+from tff_fair.training import config as config_lib
+from tff_fair.training import driver
+from tff_fair.training.recipes import cfl
+
+# Clients 1, 2, 5 and 6 of 8 see their digits upside down.
+_ROTATED = ('client_0001', 'client_0002', 'client_0005', 'client_0006')
+_BUILD = data_lib.build_federated_data
+
+
+def _with_rotated_clients(*args, **kwargs):
+  """The digits partition, the `_ROTATED` clients' images rotated 180°."""
+  data = _BUILD(*args, **kwargs)
+  x = np.array(data.source.x)
+  for cid in _ROTATED:
+    for split in ('train', 'validation', 'test'):
+      rows = data.indices(cid, split)
+      x[rows] = np.rot90(x[rows], 2, axes=(1, 2))
+  return dataclasses.replace(
+      data, source=dataclasses.replace(data.source, x=x))
+
+
+def _config(output_dir, **overrides):
+  # Split whenever allowed after round 1: the norms of a round of digits
+  # are far below the defaults (the criterion itself: clustering_test).
+  return recipe_test_utils.digits_config(output_dir, **{
+      'algorithm': 'cfl', 'num_clients': 8, 'clients_per_round': 8,
+      'rounds': 3, 'attack': 'none', 'malicious_fraction': 0.0,
+      'cfl_warmup_rounds': 1, 'cfl_eps1': 100.0, 'cfl_eps2': 0.0,
+      'cfl_max_clusters': 2, 'eval_every': 1, **overrides})
+
+
+class _Killed(Exception):
+  """Stands for the process being killed."""
+
+
+def _texts(output_dir):
+  """The recipe's files and metrics.csv without its timings."""
+  texts = {}
+  for name in cfl.Cfl.output_files:
+    with open(os.path.join(output_dir, name)) as f:
+      texts[name] = f.read()
+  texts['metrics'] = [
+      {k: v for k, v in row.items() if not k.startswith('seconds')}
+      for row in recipe_test_utils.read_round_log(output_dir, 'metrics.csv')]
+  return texts
+
+
+class CflSettingsTest(tf.test.TestCase):
+
+  def test_bad_settings_are_refused_naming_the_flags(self):
+    out = self.create_tempdir().full_path
+    for overrides, message in (
+        (dict(cfl_eps1=0.0), '--cfl_eps1 must be a finite number > 0'),
+        (dict(cfl_eps2=-1.0), '--cfl_eps2 must be a finite number >= 0'),
+        (dict(cfl_warmup_rounds=-1), '--cfl_warmup_rounds must be an int'),
+        (dict(cfl_max_clusters=0), '--cfl_max_clusters must be an int >= 1'),
+        (dict(cfl_max_clusters=9),
+         '--cfl_max_clusters=9 is more than --num_clients=8'),
+        (dict(aggregator='robust'), '--aggregator=robust would be ignored'),
+        (dict(server_optimizer='adam'),
+         '--server_optimizer=adam would be ignored'),
+    ):
+      with self.subTest(overrides), self.assertRaisesRegex(
+          config_lib.ConfigError, message):
+        _config(out, **overrides)
+
+
+class CflRunTest(tff_test_utils.TffTestCase):
+
+  def _run(self, output_dir, kill_in_round=None):
+    """A run; the state its final evaluations saw, by round."""
+    states = []
+    final_evaluations = cfl.Cfl.final_evaluations
+    after_round = cfl.Cfl.after_round
+
+    def keep_state(recipe, state, global_weights):
+      states.append(tf.nest.map_structure(np.asarray, state))
+      return final_evaluations(recipe, state, global_weights)
+
+    def killed_after_writing(recipe, plan, output):
+      released = after_round(recipe, plan, output)
+      if plan.number == kill_in_round:
+        raise _Killed()
+      return released
+
+    with mock.patch.object(data_lib, 'build_federated_data',
+                           _with_rotated_clients), \
+        mock.patch.object(cfl.Cfl, 'final_evaluations', keep_state), \
+        mock.patch.object(cfl.Cfl, 'after_round', killed_after_writing):
+      result = driver.run(_config(output_dir))
+    return result, states[-1]
+
+  def test_rotated_group_splits_off_and_a_killed_run_resumes_exactly(self):
+    straight_dir = self.create_tempdir().full_path
+    straight, state = self._run(straight_dir)
+    history = straight.history
+    self.assertEqual([h['clusters'] for h in history], [1, 2, 2])
+    self.assertEqual([h['cluster_splits'] for h in history], [0, 1, 0])
+    self.assertEqual(history[-1]['cluster_size_min'], 4)
+    self.assertEqual(history[-1]['clients_unplaced'], 0)
+    with open(os.path.join(straight_dir, cfl.TREE_FILE)) as f:
+      tree = json.load(f)
+    clusters = [set(node['clients']) for node in tree if node['cluster']]
+    # Purity 1.0: each cluster is all rotated or all upright.
+    self.assertCountEqual(
+        clusters, [set(_ROTATED),
+                   {f'client_{i:04d}' for i in range(8)} - set(_ROTATED)])
+    self.assertEqual([node['split_round'] for node in tree], [0, 2, 2])
+    # Each cluster's model is its own, and better on its clients than the
+    # root model (kept as it was at the split) is.
+    self.assertNotAllClose(state['slots']['trainable'][0][1],
+                           state['slots']['trainable'][0][2])
+    self.assertCountEqual(straight.evaluations, ['global', 'personalized'])
+    mean = lambda kind: np.mean(
+        [m.accuracy for m in straight.evaluations[kind].values()])
+    self.assertGreater(mean('personalized'), mean('global'))
+    texts = _texts(straight_dir)
+
+    # Killed in round 3 after its logs were written, before its checkpoint:
+    # the resumed run restores round 2's clusters and ends as the straight
+    # one did, byte for byte.
+    split_dir = self.create_tempdir().full_path
+    with self.assertRaises(_Killed):
+      self._run(split_dir, kill_in_round=3)
+    resumed, resumed_state = self._run(split_dir)
+    self.assertEqual(resumed.resumed_from_round, 2)
+    self.assertEqual(resumed.history[0]['clusters'], 2)
+    self.assertEqual(_texts(split_dir), texts)
+    self.assertEqual(resumed.evaluations, straight.evaluations)
+    flat, resumed_flat = (tf.nest.flatten(s) for s in (state, resumed_state))
+    self.assertLen(resumed_flat, len(flat))
+    for a, b in zip(flat, resumed_flat):
+      self.assertEqual(a.tobytes(), b.tobytes())
+
+
+if __name__ == '__main__':
+  tf.test.main()
