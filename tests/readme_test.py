@@ -8,6 +8,7 @@ order its accuracies), and the own-data recipe builds clients and a model.
 
 import contextlib
 import io
+import os
 from typing import Any
 
 from absl.testing import absltest
@@ -100,6 +101,20 @@ class DocsExamplesTest(absltest.TestCase):
     # A larger contribution never gets a narrower width; no gain below 0.
     self.assertTrue(np.all(np.diff(rewarded.width) >= 0))
     self.assertTrue(np.all(rewarded.gain >= 0))
+
+  def test_privacy_budget(self):
+    namespace, out = _run('privacy-budget')
+    lines = out.splitlines()
+    self.assertLen(lines, 3)
+    # What the page says the example prints is what it prints.
+    where = _examples()['privacy-budget'][0].split(':')[0]
+    with open(os.path.join(render_docs.ROOT, where)) as f:
+      page = f.read()
+    for line in lines:
+      self.assertIn(line, page)
+    # The last budget (8) met within 2% below it.
+    self.assertGreater(namespace['spent'], 8 * 0.98)
+    self.assertLessEqual(namespace['spent'], 8)
 
 
 if __name__ == '__main__':

@@ -308,12 +308,8 @@ def build_aequa_rewards(
                           (weights, applied.result, aggregate.trained)),
         applied.measurements)
 
-  @tff.tensorflow.computation
-  def initial_weights():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
   return client_outputs.compose(
-      initial_weights,
+      client_outputs.initial_weights_fn(model_fn),
       tff.learning.templates.build_broadcast_process(weights_type),
       client_outputs.build_client_work(
           client_update,

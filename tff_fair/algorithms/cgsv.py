@@ -417,12 +417,8 @@ def build_cgsv(
         own_models, received, sent.normalized,
         tff.federated_broadcast(aggregated.result))), None
 
-  @tff.tensorflow.computation
-  def initial_weights():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
   return client_outputs.compose(
-      initial_weights,
+      client_outputs.initial_weights_fn(model_fn),
       tff.learning.templates.build_broadcast_process(weights_type),
       client_outputs.build_client_work(
           client_update,

@@ -160,6 +160,16 @@ def build_client_work(
   return tff.templates.MeasuredProcess(init_fn, next_fn)
 
 
+def initial_weights_fn(model_fn) -> tff.Computation:
+  """`compose`'s first part: the model's initial weights, on the server."""
+
+  @tff.tensorflow.computation
+  def initial_weights():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  return initial_weights
+
+
 def compose(
     initial_model_weights_fn: tff.Computation,
     model_weights_distributor: tff.learning.templates.DistributionProcess,

@@ -291,12 +291,8 @@ def build_fedrep(
                 head_loss=head_trained['loss'], body_loss=trained['loss'],
                 bytes_sent=_bytes(update)))
 
-  @tff.tensorflow.computation
-  def initial_weights():
-    return ModelWeights.from_model(model_fn())
-
   return client_outputs.compose(
-      initial_weights,
+      client_outputs.initial_weights_fn(model_fn),
       build_body_distributor(weights_type, head_variables,
                              whole=not client_context),
       client_outputs.build_client_work(

@@ -364,12 +364,8 @@ def build_iafl(
         contributions=stacked.contributions, k=mixed.k,
         resets=mixed.resets))
 
-  @tff.tensorflow.computation
-  def initial_weights():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
   return client_outputs.compose(
-      initial_weights,
+      client_outputs.initial_weights_fn(model_fn),
       tff.learning.templates.build_broadcast_process(weights_type),
       # The round counter (the mixtures' seeds) is the client work's state.
       client_outputs.build_client_work(
