@@ -93,12 +93,14 @@ class Settings:
 
   cfl_eps1: float = config_lib.setting(
       DEFAULT_EPS1, 'a cluster splits only if the norm of its clients\''
-      ' weighted mean update is below this (> 0) ... (update norms scale'
-      ' with the model, the learning rate and the local steps: read them'
-      ' in cfl_clusters.csv; the paper used 0.4 with its models).')
+      ' weighted mean update is below this (> 0) and the largest norm of'
+      ' their updates above --cfl_eps2. Update norms scale with the model,'
+      ' the learning rate and the local steps: read them in'
+      ' cfl_clusters.csv (the paper used 0.4).')
   cfl_eps2: float = config_lib.setting(
-      DEFAULT_EPS2, '... and the largest norm of its clients\' updates is'
-      ' above this (>= 0; the paper used 1.6).')
+      DEFAULT_EPS2, 'a cluster splits only if the largest norm of its'
+      ' clients\' updates is above this (>= 0) and the norm of their mean'
+      ' below --cfl_eps1 (the paper used 1.6).')
   cfl_warmup_rounds: int = config_lib.setting(
       DEFAULT_WARMUP_ROUNDS, 'no cluster splits in the rounds up to this'
       ' one.')
