@@ -48,7 +48,7 @@ def data_dir_with(*relative_paths: str) -> str:
   root = os.environ.get(paths.DATA_DIR_ENV, '')
   if not root:
     _missing(f'needs {", ".join(relative_paths)}: set {paths.DATA_DIR_ENV}'
-             ' to the data folder (see README, "Tests and the data they'
+             ' to the data folder (see docs/data.md, "Tests and the data they'
              ' need")')
   absent = [p for p in relative_paths
             if not os.path.isfile(os.path.join(root, p))]

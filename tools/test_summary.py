@@ -65,7 +65,7 @@ def main(testlogs: str, results_file: str) -> int:
   for line in skipped:
     print(f'skipped: {line}')
   if skipped:
-    print('(skipped tests need data files absent here: see README,'
+    print('(skipped tests need data files absent here: see docs/data.md,'
           ' "Tests and the data they need")')
   summary = f"{counts['pass']} passed, {counts['fail']} failed"
   if counts['skip']:

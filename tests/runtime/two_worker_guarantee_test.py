@@ -1,8 +1,7 @@
 """What a run on two remote workers guarantees, over 10 rounds of Ditto.
 
 Several workers add up partial aggregates in another order than the local
-runtime, so their numbers may drift from a local run's over rounds (README,
-"Remote workers"). What is guaranteed, and tested here on two loopback
+runtime, so their numbers may drift from a local run's over rounds (docs/remote.md). What is guaranteed, and tested here on two loopback
 workers: the same run on the same workers gives the same numbers, and the
 train program killed (SIGKILL) in the middle of a round and resumed on them
 ends exactly as the uninterrupted run.

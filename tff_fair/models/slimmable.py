@@ -283,8 +283,8 @@ def with_width(batch, width: Width) -> collections.OrderedDict:
   float, so a `tf.function` the batch is passed to (TFF's Keras wrapper runs
   the model in one) traces it as a constant, with static shapes. A tensor
   there, even a constant one, is a placeholder: every kernel is sliced with
-  sizes known only at run time (the README's *Seconds per round* measures
-  what that cost Aequa's full-width pass).
+  sizes known only at run time (docs/benchmarks.md, *Slimmable step time*,
+  measures what that costs Aequa's full-width pass).
   """
   if isinstance(batch, Mapping):
     x, y = batch['x'], batch['y']

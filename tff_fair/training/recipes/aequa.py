@@ -55,8 +55,8 @@ class Settings(WidthSettings):
 
     width_step: Spacing of the width-accuracy curve's widths. The default
       0.01 is the benchmark's grid: a coarser grid leaves jumps in a steep
-      curve that no allocation can bridge, so gains spread more (README,
-      "Aequa", measures both). Allocation stays cheap; the curve costs two
+      curve that no allocation can bridge, so gains spread more.
+      Allocation stays cheap; the curve costs two
       evaluations per width (held-out and reward test sets).
     allocation_solver: 'exact' (common-target sweep) or 'annealing'.
     annealing_iterations: Iterations of the annealer (0: its default).
@@ -74,8 +74,7 @@ class Settings(WidthSettings):
       0.01, "spacing of the width-accuracy curve's widths, from"
       ' --p_min to --p_max; each client is rewarded one of them. The default'
       " 0.01 is the benchmark's: a coarser grid leaves jumps in a steep"
-      ' curve that spread the gains (README, "Aequa": gain spread 0.070 with'
-      ' 0.05, 0.043 with 0.01 on one MNIST run). Allocation stays cheap; the'
+      ' curve that spread the gains. Allocation stays cheap; the'
       ' curve costs two held-out evaluations per width (91 widths: minutes'
       ' on 2 cores). May change when resuming: a finished run re-allocates'
       ' without retraining the global model.', resumable=True)
