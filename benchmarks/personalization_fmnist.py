@@ -231,12 +231,16 @@ def main(argv):
                                fedavg_seconds) for method in _METHODS.value)
       release()
     if _FEMNIST_WRITERS.value:
-      runs = {method: [_run(_femnist_config(method), METHODS[method][2])]
-              for method in _METHODS.value}
-      fedavg_seconds = [runs['fedavg'][0]['seconds_per_round']]
-      rows.extend(_summary_row('femnist natural', method, runs[method],
-                               fedavg_seconds) for method in _METHODS.value)
-      release()
+      # One run per method: its row is released as soon as it finishes;
+      # fedavg (the ratios' reference, required by _check_flags) first.
+      fedavg_seconds = None
+      for method in sorted(_METHODS.value, key=lambda m: m != 'fedavg'):
+        run = _run(_femnist_config(method), METHODS[method][2])
+        if method == 'fedavg':
+          fedavg_seconds = [run['seconds_per_round']]
+        rows.append(_summary_row('femnist natural', method, [run],
+                                 fedavg_seconds))
+        release()
   results.write(_RESULTS_FILE.value)
 
 
