@@ -35,7 +35,7 @@ from tff_fair.training.recipes import recipe
 
 VARIANTS = ('sequential', 'interleaved')
 PERSONAL_ITERATES = own_models.PERSONAL_ITERATES
-PERSONAL_DIR = 'personal'
+PERSONAL_DIR = own_models.PERSONAL_DIR
 ROUND_LOG = 'personal_rounds.csv'
 ROUND_LOG_FIELDS = (
     'round', 'client', 'malicious', 'lambda', 'lambda_chosen',
@@ -184,8 +184,7 @@ class Ditto(own_models.OwnModels):
   output_files = (ROUND_LOG, personalization.CHOICE_FILE)
   client_state_dirs = (PERSONAL_DIR,)
   models_dir = PERSONAL_DIR
-  progress_fields = (('personal_train_accuracy_min',
-                      'personal_train_acc min'),)
+  progress_fields = own_models.PERSONAL_TRAIN_PROGRESS
 
   @classmethod
   def check_config(cls, config):

@@ -100,6 +100,13 @@ def resolve_personal_rate(
         settings, personal_learning_rate=config.client_learning_rate))
   return config
 
+# Where a recipe's per-client personal models are kept, under the run.
+PERSONAL_DIR = 'personal'
+# The round line's field of a recipe that releases `personal_train_statistics`.
+PERSONAL_TRAIN_PROGRESS = (('personal_train_accuracy_min',
+                            'personal_train_acc min'),)
+
+
 def personal_train_statistics(
     records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
   """`personal_train_{loss,accuracy}_{mean,worst}` of a round's personal steps.

@@ -61,7 +61,7 @@ from tff_fair.training import config as config_lib
 from tff_fair.training import personalization
 from tff_fair.training.recipes import own_models
 
-PERSONAL_DIR = 'personal'
+PERSONAL_DIR = own_models.PERSONAL_DIR
 ROUND_LOG = 'pfedme_rounds.csv'
 ROUND_LOG_FIELDS = ('round', 'client', 'malicious', 'train_loss_during',
                     'train_loss', 'train_accuracy')
@@ -173,8 +173,7 @@ class PFedMe(own_models.OwnModels):
   output_files = (ROUND_LOG, personalization.CHOICE_FILE)
   client_state_dirs = (PERSONAL_DIR,)
   models_dir = PERSONAL_DIR
-  progress_fields = (('personal_train_accuracy_min',
-                      'personal_train_acc min'),)
+  progress_fields = own_models.PERSONAL_TRAIN_PROGRESS
 
   @classmethod
   def check_config(cls, config):
