@@ -43,8 +43,8 @@ def _eager_meta_steps(start, data, variant):
   batches = list(data)
   per_step = 2 if variant == 'fo' else 3
   theta = [np.asarray(t) for t in start.trainable]
-  for i in range(len(batches) // per_step):
-    group = batches[i * per_step:(i + 1) * per_step]
+  for i in range(len(batches)):
+    group = [batches[(i + k) % len(batches)] for k in range(per_step)]
     adapted = [t - _ALPHA * g for t, g in zip(theta, grad_at(theta, group[0]))]
     meta = grad_at(adapted, group[1])
     if variant == 'hf':
@@ -59,8 +59,9 @@ def _eager_meta_steps(start, data, variant):
 class PerFedAvgTest(tff_test_utils.TffTestCase):
 
   def test_meta_steps_match_the_rule(self):
-    # 5 batches: two fo steps (the fifth batch is left over), one hf step.
-    data = _batches(slice(0, 50))
+    # 5 batches, the last of 3 examples: five meta-steps each, the last
+    # ones reading the first batches again.
+    data = _batches(slice(0, 43))
     start = _SPEC.initial_weights(1)
     for variant in per_fedavg.VARIANTS:
       with self.subTest(variant):
@@ -71,9 +72,22 @@ class PerFedAvgTest(tff_test_utils.TffTestCase):
         self.assertAllClose(trained['weights'].trainable,
                             _eager_meta_steps(start, data, variant),
                             atol=2e-5, rtol=1e-4)
-        # Examples of the batches the steps read.
-        self.assertEqual(int(trained['num_examples']),
-                         40 if variant == 'fo' else 30)
+        # The client's examples, each counted once, as FedAvg's weight.
+        self.assertEqual(int(trained['num_examples']), 43)
+
+  def test_one_batch_is_every_role(self):
+    data = _batches(slice(0, 10))
+    start = _SPEC.initial_weights(1)
+    for variant in per_fedavg.VARIANTS:
+      with self.subTest(variant):
+        loop = per_fedavg.build_meta_loop(_ALPHA, variant, _DELTA)(
+            _SPEC.model_fn(),
+            tff.learning.optimizers.build_sgdm(learning_rate=_BETA))
+        trained = loop(start, data, tf.zeros([2], tf.int32))
+        self.assertAllClose(trained['weights'].trainable,
+                            _eager_meta_steps(start, data, variant),
+                            atol=2e-5, rtol=1e-4)
+        self.assertNotAllClose(trained['weights'].trainable, start.trainable)
 
   def test_bad_arguments(self):
     for kwargs, message in ((dict(alpha=0.0), 'alpha'),

@@ -6,8 +6,9 @@ client well: clients minimize F_i(theta - alpha grad F_i(theta)). A client's
 personalized model is that step (or a few) from the global model on its own
 training data (`build_adaptation`), never on its validation or test data.
 
-Each local meta-step reads two batches D, D' (three with D'' for the
-Hessian-free variant) of the client's data, in order:
+A pass over the client's batches takes one meta-step per batch: D is the
+batch, D' the next one and D'' (Hessian-free variant) the one after,
+cyclically (a client with one batch uses it as D, D' and D''):
 
     theta' = theta - alpha grad f(theta; D)
     g      = grad f(theta'; D')
@@ -17,9 +18,11 @@ Hessian-free variant) of the client's data, in order:
             / (2 delta)          (a finite-difference Hessian-vector product)
 
 where `step` is the client optimizer (SGD at rate beta in the paper; any
-`tff.learning` optimizer here). A pass over the client's batches takes
-floor(batches / 2) meta-steps (3 for hf); a last unpaired batch is left out
-of that pass. The server is FedAvg's: the process is
+`tff.learning` optimizer here). A pass thus makes as many model updates
+as FedAvg's and costs 2 gradient passes per batch (fo) or 4 (hf); reading
+each batch once per role, rather than splitting the batches between the
+roles, keeps clients with few batches from taking a fraction of FedAvg's
+steps. The server is FedAvg's: the process is
 `fed_avg.build_fed_avg` with this local loop, so every TFF aggregator and
 server optimizer applies and `next` takes plain client datasets:
 
@@ -27,8 +30,8 @@ server optimizer applies and `next` takes plain client datasets:
 
 (`{<data=D*, attack=A*>}@CLIENTS` with `client_context=True`). The
 training metrics count every forward pass of the meta-steps (2 per step
-for fo, 4 for hf); a client's update weight is the examples of D and D'
-(and D'').
+for fo, 4 for hf); a client's update weight is its examples (those of the
+batches D), as in FedAvg.
 """
 
 import collections
@@ -96,10 +99,9 @@ def build_meta_loop(alpha: float, variant: str = 'fo',
       theta = tuple(tf.identity(v) for v in trainable)
       grad, _, n_inner = gradient_at(theta, batches[0])
       adapted = tuple(t - alpha * g for t, g in zip(theta, grad))
-      meta_grad, loss, n_outer = gradient_at(adapted, batches[1])
-      used = n_inner + n_outer
+      meta_grad, loss, _ = gradient_at(adapted, batches[1])
       if variant == 'hf':
-        plus, _, n_hvp = gradient_at(
+        plus, _, _ = gradient_at(
             tuple(t + delta * g for t, g in zip(theta, meta_grad)),
             batches[2])
         minus, _, _ = gradient_at(
@@ -108,18 +110,18 @@ def build_meta_loop(alpha: float, variant: str = 'fo',
         meta_grad = tuple(
             g - alpha * (p - m) / (2.0 * delta)
             for g, p, m in zip(meta_grad, plus, minus))
-        used += n_hvp
       opt_state, updated = optimizer.next(opt_state, theta, meta_grad)
       assign(updated)
-      return opt_state, loss_sum + loss, steps + 1.0, examples + used
+      return opt_state, loss_sum + loss, steps + 1.0, examples + n_inner
 
     @tf.function
     def train(start, data, seed):
       del seed  # The loop draws nothing at random.
       tf.nest.map_structure(lambda v, t: v.assign(t), weights, start)
-      # Consecutive batches in groups: (D, D') or (D, D', D'').
+      # Each batch with the next (and the one after), cyclically.
       grouped = tf.data.Dataset.zip(tuple(
-          data.shard(batches_per_step, i) for i in range(batches_per_step)))
+          data.skip(k).concatenate(data.take(k))
+          for k in range(batches_per_step)))
       opt_state, loss_sum, steps, examples = grouped.reduce(
           (optimizer.initialize(specs), tf.constant(0.0), tf.constant(0.0),
            tf.constant(0, tf.int64)),

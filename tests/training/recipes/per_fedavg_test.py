@@ -26,14 +26,15 @@ class PerFedAvgTest(tff_test_utils.TffTestCase):
     for overrides, message in (
         (dict(per_fedavg_variant='so'), 'Unknown per_fedavg_variant'),
         (dict(per_fedavg_alpha=-1.0), 'per_fedavg_alpha must be a positive'),
+        (dict(per_fedavg_alpha=0.0), 'per_fedavg_alpha must be a positive'),
         (dict(per_fedavg_delta=0.0), 'per_fedavg_delta must be'),
         (dict(per_fedavg_adapt_steps=0), 'per_fedavg_adapt_steps must be'),
     ):
       with self.subTest(overrides), self.assertRaisesRegex(
           config_lib.ConfigError, message):
         _config(out, **overrides)
-    # Alpha 0 is the client learning rate, recorded as such.
-    self.assertEqual(_config(out).settings.per_fedavg_alpha, 0.1)
+    # The paper's alpha, whatever the client rate (digits': 0.1).
+    self.assertEqual(_config(out).settings.per_fedavg_alpha, 0.01)
 
   def test_adapted_models_beat_the_global_model(self):
     result = driver.run(_config(self.create_tempdir().full_path))

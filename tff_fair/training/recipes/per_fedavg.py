@@ -29,6 +29,8 @@ from tff_fair.training.recipes import recipe
 # Shuffles of the adaptation steps: one fixed order, so a client's adapted
 # model is a function of the global model alone.
 ADAPTATION_TAG = 0
+# The paper's typical inner step size.
+ALPHA = 0.01
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,9 +39,10 @@ class Settings:
 
     per_fedavg_variant: 'fo' (first-order) or 'hf' (Hessian-free).
     per_fedavg_alpha: The inner step size of the meta-steps, also the
-      adaptation's (0: the client learning rate). The meta-step itself is
-      the client optimizer's, at the client learning rate (the paper's
-      beta).
+      adaptation's. The meta-step itself is the client optimizer's, at the
+      client learning rate (the paper's beta). The default is the paper's
+      typical 0.01, not the client rate: at FEMNIST's client rate of 0.1
+      the meta-steps diverge (`docs/algorithms/per_fedavg.md`).
     per_fedavg_delta: 'hf': the radius of the finite-difference
       Hessian-vector product.
     per_fedavg_adapt_steps: SGD steps from the global model on a client's
@@ -50,8 +53,8 @@ class Settings:
       'fo', 'fo (first-order) or hf (Hessian-free meta-steps).',
       choices=per_fedavg_lib.VARIANTS)
   per_fedavg_alpha: float = config_lib.setting(
-      0.0, 'inner and adaptation step size (0: the client learning rate);'
-      ' the meta-step is the client optimizer\'s.')
+      ALPHA, 'inner and adaptation step size; the meta-step is the client'
+      ' optimizer\'s, at the client learning rate.')
   per_fedavg_delta: float = config_lib.setting(
       1e-3, 'hf: finite-difference radius of the Hessian-vector product.')
   per_fedavg_adapt_steps: int = config_lib.setting(
@@ -61,9 +64,7 @@ class Settings:
   def __post_init__(self):
     config_lib.check_choice('per_fedavg_variant', self.per_fedavg_variant,
                             per_fedavg_lib.VARIANTS)
-    if self.per_fedavg_alpha != 0:  # 0: the client learning rate.
-      config_lib.check_learning_rate('per_fedavg_alpha',
-                                     self.per_fedavg_alpha)
+    config_lib.check_learning_rate('per_fedavg_alpha', self.per_fedavg_alpha)
     if not (math.isfinite(self.per_fedavg_delta)
             and self.per_fedavg_delta > 0):
       raise config_lib.ConfigError(
@@ -81,13 +82,6 @@ class PerFedAvg(recipe.Recipe):
   name = 'per_fedavg'
   Settings = Settings
   output_files = (personalization.CHOICE_FILE,)
-
-  @classmethod
-  def check_config(cls, config):
-    if config.settings.per_fedavg_alpha == 0:
-      return dataclasses.replace(config, settings=dataclasses.replace(
-          config.settings, per_fedavg_alpha=config.client_learning_rate))
-    return config
 
   def __init__(self, context):
     super().__init__(context)
