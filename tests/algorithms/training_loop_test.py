@@ -84,5 +84,25 @@ class TrainedVariablesTest(tf.test.TestCase):
             trained_variables=positions)
 
 
+class StepsOnBatchTest(tf.test.TestCase):
+
+  def test_equals_the_loop_on_the_batch_repeated(self):
+    batch = next(iter(_DATA.dataset(0)))
+    start, anchor = _SPEC.initial_weights(0), _SPEC.initial_weights(1)
+    on_batch = training_loop.build_steps_on_batch(
+        _SPEC.model_fn(), digits_clients.sgd(_LR))(
+            start, batch, 5, anchor=anchor, lam=0.5)
+    looped = training_loop.build_training_loop(
+        _SPEC.model_fn(), digits_clients.sgd(_LR))(
+            start, tf.data.Dataset.from_tensors(batch).repeat(5),
+            anchor=anchor, lam=0.5)
+    self.assertAllClose(on_batch['weights'].trainable,
+                        looped['weights'].trainable, atol=1e-6)
+    self.assertNotAllClose(on_batch['weights'].trainable, start.trainable)
+    self.assertAllClose(on_batch['loss'], looped['loss'])
+    self.assertEqual(int(on_batch['num_examples']),
+                     5 * int(tf.shape(batch['y'])[0]))
+
+
 if __name__ == '__main__':
   tf.test.main()

@@ -203,7 +203,7 @@ def build_local_training(
     examples in `data` and the model's unfinalized metrics.
   """
   # K steps of the house's proximal loop on one batch, anchored at w_loc.
-  inner = training_loop.build_training_loop(
+  inner = training_loop.build_steps_on_batch(
       model, tff.learning.optimizers.build_sgdm(
           learning_rate=personal_learning_rate))
 
@@ -221,8 +221,7 @@ def build_local_training(
     def outer_step(state, batch):
       (theta, non_trainable, w_loc, opt_state, loss_sum, batches, examples,
        average) = state
-      solved = inner(weights(theta, non_trainable),
-                     tf.data.Dataset.from_tensors(batch).repeat(inner_steps),
+      solved = inner(weights(theta, non_trainable), batch, inner_steps,
                      anchor=weights(w_loc, ()), lam=lam)
       theta = tuple(tf.nest.flatten(solved['weights'].trainable))
       # The Moreau envelope's gradient at w_loc.

@@ -172,6 +172,32 @@ def build_training_loop(
   return train
 
 
+def build_steps_on_batch(
+    model: tff.learning.models.VariableModel,
+    optimizer: tff.learning.optimizers.Optimizer,
+) -> Callable[..., collections.OrderedDict]:
+  """Returns `train(start, batch, steps, anchor=None, lam=0.0)`: the loop's
+  steps, `steps` times on one batch.
+
+  pFedMe's inner problem: `build_training_loop` on the batch repeated would
+  take the same steps, but a data set built per batch inside the clients'
+  pass costs about as much as the steps themselves. Returns what
+  `build_training_loop`'s `train` returns.
+  """
+  local_steps = _LocalSteps(model, optimizer, average_iterates=False)
+
+  @tf.function
+  def train(start: Any, batch: Any, steps: Any,
+            anchor: Optional[Any] = None, lam: Any = 0.0):
+    anchors = _flat_trainable(anchor)
+    state = local_steps.start(start)
+    for _ in tf.range(steps):
+      state = local_steps.step(state, batch, anchors, lam)
+    return local_steps.result(state)
+
+  return train
+
+
 def build_paired_training_loop(
     model: tff.learning.models.VariableModel,
     optimizer: tff.learning.optimizers.Optimizer,
