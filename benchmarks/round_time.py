@@ -17,6 +17,12 @@ falls on every system alike):
   (e) tff_fair's Aequa (slimmable model, one sampled width per step), and
       `e_aequa_full_width`: the full width only (`widths_per_step=0`), the
       slimmable model's own overhead over FedAvg's,
+  (g) the personalization methods' global rounds: FedProx, Per-FedAvg
+      (first-order and Hessian-free), FedRep (one head epoch, one body
+      epoch) and pFedMe (its default K inner steps per batch), each
+      against (c); their gradient passes per batch over FedAvg's are 1, 2,
+      4, 2 (the head's pass backpropagates through the last layer only)
+      and K,
   (f) training-time Aequa (`aequa_rewards`, masked aggregation) with every
       client at p_max, as in its first round (its most expensive), and
       `f_aequa_rewards_spread`: the clients' maximum widths spread evenly
@@ -26,7 +32,7 @@ falls on every system alike):
 training time only (data sets are built before the clock starts; nothing is
 evaluated), every client every round; median, min and max over rounds
 2..N (round 1 pays for tracing), and the ratios b/a, c/a, d/c, d/a, e/c,
-f/c, f spread/c, and 'a ditto/a' and 'a aequa/a': Ditto's and Aequa's SGD
+f/c, f spread/c, g/c per method, and 'a ditto/a' and 'a aequa/a': Ditto's and Aequa's SGD
 steps over FedAvg's in the plain loop, the ratios no runtime can beat
 (Ditto trains two models on every batch, Aequa two widths).
 
@@ -77,6 +83,9 @@ from tff_fair.algorithms import aequa
 from tff_fair.algorithms import aequa_rewards
 from tff_fair.algorithms import ditto
 from tff_fair.algorithms import fed_avg
+from tff_fair.algorithms import fedrep
+from tff_fair.algorithms import per_fedavg
+from tff_fair.algorithms import pfedme
 from tff_fair.models import model_fns
 from tff_fair.models import names as model_names
 from tff_fair.models import slimmable
@@ -84,6 +93,7 @@ from tff_fair.runtime import local as local_runtime
 from tff_fair.training import driver
 from tff_fair.training import log_filter
 from tff_fair.training import sampling
+from tff_fair.training.recipes import fedprox
 
 SETTINGS = timing_settings.SETTINGS
 SYSTEMS = ('a_plain_tf', 'a_plain_tf_xla', 'a_plain_tf_ditto',
@@ -91,12 +101,16 @@ SYSTEMS = ('a_plain_tf', 'a_plain_tf_xla', 'a_plain_tf_ditto',
            'b_tff_fedavg', 'c_fedavg',
            'd_ditto_sequential', 'd_ditto_interleaved', 'd_ditto_fused',
            'e_aequa', 'e_aequa_full_width',
-           'f_aequa_rewards', 'f_aequa_rewards_spread')
+           'f_aequa_rewards', 'f_aequa_rewards_spread',
+           'g_fedprox', 'g_per_fedavg_fo', 'g_per_fedavg_hf', 'g_fedrep',
+           'g_pfedme')
 # Systems that train the slimmable version of the architecture.
 SLIMMABLE_SYSTEMS = ('a_plain_tf_aequa', 'e_aequa', 'e_aequa_full_width',
                      'f_aequa_rewards', 'f_aequa_rewards_spread')
 # Aequa's smallest width (`aequa.build_aequa`'s default).
 P_MIN = 0.1
+# FedProx's mu (any value > 0 costs the same).
+FEDPROX_MU = 0.01
 
 _SETTING = flags.DEFINE_enum('setting', 'pfllib', list(SETTINGS),
                              'Model, batch size, learning rate (see above).')
@@ -232,6 +246,19 @@ def _process(system: str, experiment, learning_rate: float):
   if system.startswith('d_ditto'):
     return ditto.build_ditto(spec.model_fn, client_optimizer,
                              personal_optimizer_fn=client_optimizer)
+  if system == 'g_fedprox':
+    return fed_avg.build_fed_avg(
+        spec.model_fn, client_optimizer,
+        training_loop_fn=fedprox.proximal_training_loop(FEDPROX_MU))
+  if system.startswith('g_per_fedavg'):
+    return per_fedavg.build_per_fedavg(
+        spec.model_fn, client_optimizer, alpha=learning_rate,
+        variant=system.rsplit('_', 1)[1])
+  if system == 'g_fedrep':
+    return fedrep.build_fedrep(spec.model_fn, client_optimizer,
+                               head_variables=spec.head_variables)
+  if system == 'g_pfedme':
+    return pfedme.build_pfedme(spec.model_fn, client_optimizer)
   if system.startswith('f_aequa_rewards'):
     # Without client context every client trains up to p_max; with it,
     # each client's input carries its maximum width.
@@ -365,7 +392,9 @@ def main(argv):
                           ('e/a aequa', 'e_aequa', 'a_plain_tf_aequa'),
                           ('f/c', 'f_aequa_rewards', 'c_fedavg'),
                           ('f spread/c', 'f_aequa_rewards_spread',
-                           'c_fedavg')):
+                           'c_fedavg'),
+                          *((f'{g[2:]}/c', g, 'c_fedavg') for g in SYSTEMS
+                            if g.startswith('g_'))):
     if num in median and den in median:
       lines.append(f'{label:<22}{median[num] / median[den]:>10.2f}'
                    f'{median_cpu[num] / median_cpu[den]:>10.2f}')
