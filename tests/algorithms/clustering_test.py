@@ -1,5 +1,7 @@
 """Clustered FL's server decisions (numpy): linkage, criterion, placement."""
 
+import dataclasses
+
 from absl.testing import absltest
 import numpy as np
 
@@ -49,6 +51,21 @@ class CompleteLinkageTest(absltest.TestCase):
       with self.assertRaises(ValueError):
         clustering.complete_linkage_bipartition(bad)
 
+  def test_separation_gap(self):
+    s = np.array([
+        [1.0, 0.9, -0.2, -0.3],
+        [0.9, 1.0, 0.1, -0.4],
+        [-0.2, 0.1, 1.0, 0.5],
+        [-0.3, -0.4, 0.5, 1.0],
+    ])
+    # Least within: 0.5 ({2, 3}); most across: 0.1 (1 with 2).
+    self.assertAlmostEqual(
+        clustering.separation_gap(s, ([0, 1], [2, 3])), 0.4)
+    # A half of one counts 1 within; {1, 2, 3}'s least: -0.4 (1 with 3);
+    # most across: 0.9 (0 with 1).
+    self.assertAlmostEqual(
+        clustering.separation_gap(s, ([0], [1, 2, 3])), -0.4 - 0.9)
+
   def test_cosine_similarities(self):
     s = clustering.cosine_similarities(
         np.array([[1.0, 0.0], [2.0, 0.0], [0.0, 3.0], [0.0, 0.0]]))
@@ -76,7 +93,9 @@ class DecideTest(absltest.TestCase):
     self.assertFalse(splits(0.4, 1.0, 3, round_num=3))  # No large update.
     self.assertFalse(splits(0.4, 1.1, 2, round_num=3))  # Two clients.
     for bad in (dict(eps1=0.0), dict(eps1=float('inf')), dict(eps2=-1.0),
-                dict(warmup_rounds=-1), dict(warmup_rounds=1.5)):
+                dict(warmup_rounds=-1), dict(warmup_rounds=1.5),
+                dict(min_separation=2.0), dict(min_separation=-2.5),
+                dict(min_separation=float('nan'))):
       with self.subTest(bad), self.assertRaises(ValueError):
         clustering.SplitRule(**bad)
 
@@ -133,6 +152,32 @@ class DecideTest(absltest.TestCase):
       (root,) = decisions.clusters
       self.assertEqual((root.children, root.sampled), ((), 4))
       self.assertEqual(root.mean_norm, 0.0)
+
+  def test_updates_without_groups_do_not_split(self):
+    # Twelve clients whose updates scatter around one direction: the norms
+    # call for a split (a rule whose norm criterion always holds), but no
+    # bi-partition of them is separated.
+    rng = np.random.default_rng(0)
+    updates = [_update(i, 0, rng.normal(size=20) + 0.2, 1.0)
+               for i in range(12)]
+    rule = clustering.SplitRule(eps1=100.0, eps2=0.0, warmup_rounds=0)
+    for checked, splits in ((rule, False),
+                            (dataclasses.replace(rule, min_separation=-2.0),
+                             True)):
+      parent, split_round = _tree(3)
+      decisions = clustering.decide(parent, split_round, np.zeros([3, 20]),
+                                    updates, 5, checked)
+      (root,) = decisions.clusters
+      self.assertLess(root.separation, 0)
+      self.assertEqual(bool(root.children), splits)
+    # Two groups pointing apart split, with a positive gap.
+    grouped = [_update(i, 0, rng.normal(size=20) * 0.1
+                       + (5.0 if i < 6 else -5.0) * np.eye(20)[0], 0.2)
+               for i in range(12)]
+    (root,) = clustering.decide(parent, split_round, np.zeros([3, 20]),
+                                grouped, 5, rule).clusters
+    self.assertGreater(root.separation, 0)
+    self.assertEqual(root.groups, (tuple(range(6)), tuple(range(6, 12))))
 
   def test_non_finite_updates_are_not_counted(self):
     parent, split_round = _tree(3)

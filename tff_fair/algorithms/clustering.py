@@ -30,6 +30,17 @@ A round (`decide`):
    -cos(u_i, u_j); the partition's positions are mapped back to client
    indices (the reference code appends the positions themselves, a bug).
    Members not sampled stay at c, now inner, until placed.
+3. Separation. The split is made only if the two halves' updates point
+   apart: every similarity within a half exceeds every similarity across
+   them by more than `min_separation`,
+
+       min_{k; i, j in half k} cos(u_i, u_j)
+           - max_{i in half 1, j in half 2} cos(u_i, u_j) > min_separation
+
+   (a half of one client counts as 1 within). A gap > 0 is the paper's
+   condition for a bi-partition that separates congruent from incongruent
+   clients; without it, the norm criterion alone also splits a federation
+   with no groups once its model has converged.
 """
 
 from collections.abc import Sequence
@@ -111,11 +122,14 @@ class SplitRule:
       below this (the paper's 0.4).
     eps2: ... and its largest update's norm above this (the paper's 1.6).
     warmup_rounds: No split in rounds <= this (the reference's 20).
+    min_separation: A split is made only if its separation gap is above
+      this (the paper's 0; -2, below any gap, turns the check off).
   """
 
   eps1: float = 0.4
   eps2: float = 1.6
   warmup_rounds: int = 20
+  min_separation: float = 0.0
 
   def __post_init__(self):
     if not (math.isfinite(self.eps1) and self.eps1 > 0):
@@ -123,12 +137,37 @@ class SplitRule:
     if not (math.isfinite(self.eps2) and self.eps2 >= 0):
       raise ValueError(f'eps2 must be a finite number >= 0, got {self.eps2}.')
     check_count('warmup_rounds', self.warmup_rounds, 0)
+    if not (math.isfinite(self.min_separation)
+            and -2 <= self.min_separation < 2):
+      raise ValueError('min_separation must be a number in [-2, 2) (a'
+                       ' difference of cosines), got'
+                       f' {self.min_separation}.')
 
   def splits(self, mean_norm: float, max_norm: float, sampled: int,
              round_num: int) -> bool:
     """Whether a cluster splits, free slots aside."""
     return (round_num > self.warmup_rounds and sampled > 2
             and mean_norm < self.eps1 and max_norm > self.eps2)
+
+
+def separation_gap(similarities: np.ndarray,
+                   halves: Sequence[Sequence[int]]) -> float:
+  """The smallest similarity within a half minus the largest across.
+
+  Args:
+    similarities: [n, n] cosine similarities.
+    halves: Two disjoint lists of positions into `similarities`.
+
+  Returns:
+    The gap (step 3 of the module docstring); a half of one position has
+    no pair within and counts as similarity 1 (a cosine's largest).
+  """
+  first, second = (np.asarray(h, np.int64) for h in halves)
+  cross = float(similarities[np.ix_(first, second)].max())
+  within = [similarities[np.ix_(h, h)][np.triu_indices(len(h), 1)]
+            for h in (first, second) if len(h) > 1]
+  least_within = min((float(w.min()) for w in within), default=1.0)
+  return least_within - cross
 
 
 def check_count(name: str, value, minimum: int) -> None:
@@ -179,6 +218,9 @@ class ClusterRound:
     max_norm: The largest norm of their updates.
     children: The two sub-clusters' slots if it split, else ().
     groups: Their members' client indices (sampled members only).
+    separation: The separation gap of its bi-partition when the norms
+      called for a split (NaN otherwise); below `min_separation` it did
+      not split.
   """
 
   cluster: int
@@ -187,6 +229,7 @@ class ClusterRound:
   max_norm: float
   children: tuple[int, ...] = ()
   groups: tuple[tuple[int, ...], ...] = ()
+  separation: float = math.nan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,13 +299,17 @@ def decide(parent: np.ndarray, split_round: np.ndarray,
       similarities = cosine_similarities(np.stack([u.update
                                                    for u in members]))
       positions = complete_linkage_bipartition(-similarities)
-      # Positions into `members`, mapped back to the clients they are.
-      groups = tuple(tuple(members[p].index for p in group)
-                     for group in positions)
-      children = (free.pop(0), free.pop(0))
-      for child, group in zip(children, positions):
-        new_directions[child] = _mean([members[p] for p in group])
-      record = dataclasses.replace(record, children=children, groups=groups)
+      gap = separation_gap(similarities, positions)
+      record = dataclasses.replace(record, separation=gap)
+      if gap > rule.min_separation:
+        # Positions into `members`, mapped back to the clients they are.
+        groups = tuple(tuple(members[p].index for p in group)
+                       for group in positions)
+        children = (free.pop(0), free.pop(0))
+        for child, group in zip(children, positions):
+          new_directions[child] = _mean([members[p] for p in group])
+        record = dataclasses.replace(record, children=children,
+                                     groups=groups)
     clusters.append(record)
   return Decisions(tuple(clusters), placed, new_directions)
 

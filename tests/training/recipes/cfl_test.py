@@ -67,6 +67,8 @@ class CflSettingsTest(tf.test.TestCase):
         (dict(cfl_eps2=-1.0), '--cfl_eps2 must be a finite number >= 0'),
         (dict(cfl_warmup_rounds=-1), '--cfl_warmup_rounds must be an int'),
         (dict(cfl_max_clusters=0), '--cfl_max_clusters must be an int >= 1'),
+        (dict(cfl_min_separation=2.0),
+         r'--cfl_min_separation must be a number in \[-2, 2\)'),
         (dict(cfl_max_clusters=9),
          '--cfl_max_clusters=9 is more than --num_clients=8'),
         (dict(aggregator='robust'), '--aggregator=robust would be ignored'),
@@ -102,6 +104,21 @@ class CflRunTest(tff_test_utils.TffTestCase):
         mock.patch.object(cfl.Cfl, 'after_round', killed_after_writing):
       result = driver.run(_config(output_dir))
     return result, states[-1]
+
+  def test_a_federation_without_groups_does_not_split(self):
+    # The same norms criterion (always met after round 1), no rotated
+    # clients: every bi-partition's separation gap is <= 0.
+    output_dir = self.create_tempdir().full_path
+    result = driver.run(_config(output_dir, rounds=4))
+    self.assertEqual([h['clusters'] for h in result.history], [1] * 4)
+    rows = recipe_test_utils.read_round_log(output_dir, cfl.CLUSTER_LOG)
+    gaps = [float(r['separation']) for r in rows if int(r['round']) > 1]
+    self.assertLen(gaps, 3)
+    self.assertTrue(all(g <= 0 for g in gaps), gaps)
+    # With the check off, the same run splits in round 2.
+    unchecked = driver.run(_config(self.create_tempdir().full_path, rounds=2,
+                                   cfl_min_separation=-2.0))
+    self.assertEqual(unchecked.history[-1]['cluster_splits'], 1)
 
   def test_rotated_group_splits_off_and_a_killed_run_resumes_exactly(self):
     straight_dir = self.create_tempdir().full_path

@@ -14,7 +14,12 @@ data and the local training (epochs, learning rate): read them in
 benchmark uses (`DEFAULT_EPS1`); the paper's 0.4 and 1.6 never split
 there. The norms say when a cluster has converged, not whether its
 clients disagree (on digits a federation with a rotated half and one
-without reached the same norms): which clients go where is the cosines'.
+without reached the same norms): whether the cluster splits, and which
+clients go where, is the cosines'. The split is made only if the two
+halves' updates point apart, every similarity within a half exceeding
+every one across by more than `--cfl_min_separation` (the paper's
+condition for a bi-partition that separates the groups is a gap > 0;
+`clustering` step 3).
 
 Clusters, their models, the membership and the history of splits are
 server state, so they are checkpointed with it and restored on resume.
@@ -37,7 +42,8 @@ Released each round: `clusters` (how many), `cluster_size_*` (clients per
 cluster), `clients_unplaced` and `cluster_splits` (splits this round).
 Outputs of its own: `cfl_clusters.csv` (per round and cluster with sampled
 members: its size, sampled members, the norms of their mean and largest
-updates, and its sub-clusters if it split), `cfl_rounds.csv` (per round
+updates, their separation gap when the norms called for a split, and its
+sub-clusters if it split), `cfl_rounds.csv` (per round
 and sampled client: the slot it trained from and the one it sits at
 after the round) and, after the last round, `cfl_tree.json` (each slot's
 parent, split round, members and whether it is a cluster).
@@ -60,7 +66,8 @@ from tff_fair.training.recipes import recipe
 
 CLUSTER_LOG = 'cfl_clusters.csv'
 CLUSTER_LOG_FIELDS = ('round', 'cluster', 'clients', 'sampled',
-                      'mean_update_norm', 'max_update_norm', 'split_into')
+                      'mean_update_norm', 'max_update_norm', 'separation',
+                      'split_into')
 ROUND_LOG = 'cfl_rounds.csv'
 ROUND_LOG_FIELDS = ('round', 'client', 'malicious', 'trained_at', 'now_at',
                     'update_norm')
@@ -87,6 +94,8 @@ class Settings:
       below this, > 0.
     cfl_eps2: ... and its largest update's norm above this, >= 0.
     cfl_warmup_rounds: No split in the rounds up to this one, >= 0.
+    cfl_min_separation: A split is made only if its separation gap is
+      above this, in [-2, 2) (-2: no check).
     cfl_max_clusters: The most clusters, >= 1 (1: FedAvg); the server
       state holds 2 * cfl_max_clusters - 1 models.
   """
@@ -104,17 +113,25 @@ class Settings:
   cfl_warmup_rounds: int = config_lib.setting(
       DEFAULT_WARMUP_ROUNDS, 'no cluster splits in the rounds up to this'
       ' one.')
+  cfl_min_separation: float = config_lib.setting(
+      0.0, 'a cluster splits only if the least cosine similarity of two'
+      ' updates within a half exceeds the largest across the halves by more'
+      ' than this (the paper\'s condition: 0; -2 turns the check off).')
   cfl_max_clusters: int = config_lib.setting(
       DEFAULT_MAX_CLUSTERS, 'the most clusters (>= 1; 1 is FedAvg); the'
       ' server state holds 2 * this - 1 models.')
 
   def __post_init__(self):
     try:
-      clustering.SplitRule(self.cfl_eps1, self.cfl_eps2,
-                           self.cfl_warmup_rounds)
+      self.split_rule()
       clustering.num_slots(self.cfl_max_clusters)
     except ValueError as e:  # It names its own argument, e.g. eps1.
       raise config_lib.ConfigError(f'--cfl_{e}') from e
+
+  def split_rule(self) -> clustering.SplitRule:
+    return clustering.SplitRule(self.cfl_eps1, self.cfl_eps2,
+                                self.cfl_warmup_rounds,
+                                self.cfl_min_separation)
 
 
 @dataclasses.dataclass
@@ -158,9 +175,7 @@ class Cfl(recipe.Recipe):
 
   def __init__(self, context):
     super().__init__(context)
-    settings = self.settings
-    self._rule = clustering.SplitRule(settings.cfl_eps1, settings.cfl_eps2,
-                                      settings.cfl_warmup_rounds)
+    self._rule = self.settings.split_rule()
     self._clusters_log = context.round_log(CLUSTER_LOG, CLUSTER_LOG_FIELDS)
     self._log = context.round_log(ROUND_LOG, ROUND_LOG_FIELDS)
 
@@ -200,17 +215,18 @@ class Cfl(recipe.Recipe):
         'round': plan.number, 'cluster': c.cluster,
         'clients': len(trained_with[c.cluster]),
         'sampled': c.sampled, 'mean_update_norm': c.mean_norm,
-        'max_update_norm': c.max_norm,
+        'max_update_norm': c.max_norm, 'separation': c.separation,
         'split_into': ' '.join(map(str, c.children)),
     } for c in decisions.clusters])
     for split in decisions.splits:
       logging.info(
           'Round %d: cluster %d splits into %s (mean update norm %.4g <'
-          ' eps1, largest %.4g > eps2).', plan.number, split.cluster,
+          ' eps1, largest %.4g > eps2, separation gap %.3g).', plan.number,
+          split.cluster,
           ' and '.join(f'{child} ({", ".join(ids[i] for i in group)})'
                        for child, group in zip(split.children,
                                                split.groups)),
-          split.mean_norm, split.max_norm)
+          split.mean_norm, split.max_norm, split.separation)
     leaves = cfl_lib.clusters(state)
     placed = sum(len(members.get(s, ())) for s in leaves)
     return {
