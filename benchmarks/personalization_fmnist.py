@@ -10,8 +10,8 @@ its recipe's defaults otherwise. Per method: the mean and worst-10%
 accuracy over clients of the model each client gets (FedAvg's and
 FedProx's global model; the personalized models of the others, and their
 'validated' choice of personalized or global model on the client's
-validation split), and seconds per round (median of rounds 2..N) with its
-ratio to FedAvg's round in the same seed and partition.
+validation split), and training seconds per round (median of rounds
+2..N) with its ratio to FedAvg's in the same seed and partition.
 
 Then FEMNIST's natural writer partition (`--femnist_writers` writers, the
 data set's defaults: LeNet, batch 32, rate 0.1), every method with its
@@ -126,13 +126,15 @@ def _femnist_config(method: str):
 
 
 def _seconds_per_round(output_dir: str) -> Optional[float]:
-  """The median round time after round 1 (which pays for tracing), from
-  metrics.csv, so a run finished earlier still has it."""
+  """The median training time of a round after round 1 (which pays for
+  tracing), from metrics.csv, so a run finished earlier still has it.
+  Training only: evaluation and checkpoints cost what the run's
+  evaluation settings make them, not what the method does."""
   path = os.path.join(output_dir, 'metrics.csv')
   if not os.path.exists(path):
     return None
   with open(path) as f:
-    seconds = [float(r['seconds']) for r in csv.DictReader(f)
+    seconds = [float(r['seconds_train']) for r in csv.DictReader(f)
                if int(r['round']) > 1]
   return float(np.median(seconds)) if seconds else None
 
