@@ -1,6 +1,7 @@
 """Per-FedAvg on real digits: the meta-steps by hand, the process, adaptation."""
 
 import collections
+import itertools
 
 import numpy as np
 import tensorflow as tf
@@ -59,27 +60,12 @@ def _eager_meta_steps(start, data, variant):
 class PerFedAvgTest(tff_test_utils.TffTestCase):
 
   def test_meta_steps_match_the_rule(self):
-    # 5 batches, the last of 3 examples: five meta-steps each, the last
-    # ones reading the first batches again.
-    data = _batches(slice(0, 43))
+    # 43 examples: 5 batches, the last of 3: five meta-steps, the last ones
+    # reading the first batches again. 10: one batch, D, D' and D'' alike.
     start = _SPEC.initial_weights(1)
-    for variant in per_fedavg.VARIANTS:
-      with self.subTest(variant):
-        loop = per_fedavg.build_meta_loop(_ALPHA, variant, _DELTA)(
-            _SPEC.model_fn(),
-            tff.learning.optimizers.build_sgdm(learning_rate=_BETA))
-        trained = loop(start, data, tf.zeros([2], tf.int32))
-        self.assertAllClose(trained['weights'].trainable,
-                            _eager_meta_steps(start, data, variant),
-                            atol=2e-5, rtol=1e-4)
-        # The client's examples, each counted once, as FedAvg's weight.
-        self.assertEqual(int(trained['num_examples']), 43)
-
-  def test_one_batch_is_every_role(self):
-    data = _batches(slice(0, 10))
-    start = _SPEC.initial_weights(1)
-    for variant in per_fedavg.VARIANTS:
-      with self.subTest(variant):
+    for examples, variant in itertools.product((43, 10), per_fedavg.VARIANTS):
+      with self.subTest(examples=examples, variant=variant):
+        data = _batches(slice(0, examples))
         loop = per_fedavg.build_meta_loop(_ALPHA, variant, _DELTA)(
             _SPEC.model_fn(),
             tff.learning.optimizers.build_sgdm(learning_rate=_BETA))
@@ -88,6 +74,8 @@ class PerFedAvgTest(tff_test_utils.TffTestCase):
                             _eager_meta_steps(start, data, variant),
                             atol=2e-5, rtol=1e-4)
         self.assertNotAllClose(trained['weights'].trainable, start.trainable)
+        # The client's examples, each counted once, as FedAvg's weight.
+        self.assertEqual(int(trained['num_examples']), examples)
 
   def test_bad_arguments(self):
     for kwargs, message in ((dict(alpha=0.0), 'alpha'),
