@@ -11,10 +11,13 @@ personalization does not help; recipes report it as the final kind
 'validated' beside the raw ones, and `CHOICE_FILE` says, per client, which
 candidate it uses and how each scored.
 
-The rule: the highest validation accuracy; among equals the lowest
-validation loss; among equals the earlier candidate (the global model
-first). A client without validation examples cannot choose: it uses the
-last candidate that covers it (the method's own model).
+The rule: the lowest validation loss; among equals the highest validation
+accuracy; among equals the earlier candidate (the global model first).
+Loss rather than accuracy: a client's validation split may hold a dozen
+examples, where accuracy moves in steps of one example and one lucky
+example flips the choice, while the cross-entropy weighs how confident
+each prediction is. A client without validation examples cannot choose:
+it uses the last candidate that covers it (the method's own model).
 """
 
 from collections.abc import Mapping, Sequence
@@ -48,8 +51,8 @@ class Candidate(NamedTuple):
 
 
 def _better(a: per_client.ClientMetrics, b: per_client.ClientMetrics) -> bool:
-  """Whether `a` beats `b` on validation (accuracy, then loss)."""
-  return (a.accuracy, -a.loss) > (b.accuracy, -b.loss)
+  """Whether `a` beats `b` on validation (loss, then accuracy)."""
+  return (-a.loss, a.accuracy) > (-b.loss, b.accuracy)
 
 
 def choose(context: run_context_lib.RunContext,
