@@ -44,7 +44,8 @@ it is):
 
 M holds, per architecture, `fedavg` (that process's metrics, when it had
 clients) and `distillation` (`steps` run, `best_step` kept,
-`validation_accuracy_before` and `validation_accuracy` of the kept model),
+`validation_accuracy_before` and `validation_accuracy` of the kept model,
+`loss`: the KL divergence to the teacher over the last steps),
 `ensemble` (`size`, and the teacher's `validation_accuracy`), and
 `client_work/train`: the clients' training metrics over every
 architecture. With one architecture FedDF is FedAvg plus the server's
@@ -176,7 +177,9 @@ def distill(
 
   Returns:
     (the kept weights, OrderedDict(steps, best_step,
-    validation_accuracy_before, validation_accuracy)).
+    validation_accuracy_before, validation_accuracy, loss)): `loss` is the
+    mean KL divergence to the teacher over the last `validate_every` steps
+    (each before its step; NaN without a step).
   """
   logits = distillation.Logits(model_fn)
   val_x, val_y = validation
@@ -185,7 +188,7 @@ def distill(
     return float(np.mean(logits(weights, val_x).argmax(-1) == val_y))
 
   before = best_accuracy = accuracy(start)
-  best, best_step, step = start, 0, 0
+  best, best_step, step, loss = start, 0, 0, float('nan')
   if steps:
     fit = distillation.build_fitting_loop(logits.model, optimizer,
                                           distillation.kl_divergence)
@@ -198,6 +201,7 @@ def distill(
           collections.OrderedDict(x=public_x[rows], logits=teacher[rows])
       ).batch(batch_size), optimizer_state)
       weights, optimizer_state = result['weights'], result['optimizer_state']
+      loss = float(result['loss'])
       step += chunk
       now = accuracy(weights)
       if now > best_accuracy:
@@ -205,13 +209,13 @@ def distill(
   best = client_outputs.as_model_weights(best)
   return best, collections.OrderedDict(
       steps=step, best_step=best_step, validation_accuracy_before=before,
-      validation_accuracy=best_accuracy)
+      validation_accuracy=best_accuracy, loss=loss)
 
 
 # A round without a received model distils nothing.
 _NOT_DISTILLED = collections.OrderedDict(
     steps=0, best_step=0, validation_accuracy_before=float('nan'),
-    validation_accuracy=float('nan'))
+    validation_accuracy=float('nan'), loss=float('nan'))
 
 
 def _fingerprint(array: np.ndarray) -> int:

@@ -93,6 +93,14 @@ class FedDFSettingsTest(parameterized.TestCase):
     self.assertNotEqual(feddf.assign_architectures(ids, shares, seed=4),
                         assigned)
 
+  def test_a_resume_may_not_change_the_server_sets(self):
+    out = self.create_tempdir().full_path
+    config_lib.save_if_new(_config(out))
+    with self.assertRaisesRegex(config_lib.ConfigError,
+                                'server_held_out_examples: saved run has'):
+      config_lib.check_resumable(_config(out, server_held_out_examples=120))
+    config_lib.check_resumable(_config(out, rounds=9))  # More rounds may.
+
   def test_without_client_models_every_client_uses_model(self):
     config = _config(self.create_tempdir().full_path, client_models='')
     self.assertEqual(list(feddf.architecture_shares(config)), ['lenet'])

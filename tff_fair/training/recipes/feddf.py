@@ -24,7 +24,8 @@ architecture's model after distillation; per round `test_*` measures the
 same. Released each round: `ensemble_size`, `ensemble_validation_accuracy`
 (the teacher's accuracy on the server's validation set) and, per
 architecture A, `A_distillation_*` (steps, best step, validation accuracy
-before and after). `feddf_distillation.csv` has one row per round and
+before and after, and `loss`: the KL divergence to the teacher over the
+last `--feddf_validate_every` steps). `feddf_distillation.csv` has one row per round and
 architecture: its sampled clients and its distillation.
 
 The server state is each architecture's FedAvg state: checkpointed as it
@@ -35,7 +36,7 @@ seeded by the teacher's logits, so it repeats exactly.
 import collections
 import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import tensorflow as tf
@@ -51,7 +52,7 @@ from tff_fair.training.recipes import recipe
 DISTILLATION_LOG = 'feddf_distillation.csv'
 DISTILLATION_LOG_FIELDS = ('round', 'architecture', 'clients', 'steps',
                            'best_step', 'validation_accuracy_before',
-                           'validation_accuracy')
+                           'validation_accuracy', 'loss')
 # Separates the architectures' shuffle of clients from the run's others.
 _ASSIGNMENT_STREAM = 0xFEDDF
 
@@ -159,6 +160,11 @@ class Settings:
       1e-3, "Adam's learning rate in the server's distillation (the"
       " paper's 1e-3).")
 
+  # The server's held-out sets may change when other runs resume (they are
+  # read after training), not here: the validation set picks each
+  # distilled model, and the public set is drawn beside them.
+  fixed_on_resume: ClassVar[tuple[str, ...]] = ('server_held_out_examples',)
+
   def __post_init__(self):
     if self.client_models:
       parse_client_models(self.client_models)
@@ -213,6 +219,8 @@ class FedDF(recipe.Recipe):
   runs_on_several_workers = False
   output_files = (DISTILLATION_LOG,)
   progress_fields = (('ensemble_validation_accuracy', 'teacher_val_acc'),)
+  required_settings = {'public_examples': 200,
+                       'server_held_out_examples': 100}
 
   @classmethod
   def check_config(cls, config):

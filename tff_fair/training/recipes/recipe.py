@@ -106,6 +106,11 @@ class Recipe:
     progress_fields: Released values the round's log line shows besides
       the shared ones: (name, label) pairs, e.g. Ditto's worst personal
       training accuracy.
+    required_settings: Shared settings whose default the algorithm cannot
+      run with (its `check_config` refuses it, naming the flag), each with
+      a value that works on the bundled digits; the tests that run every
+      recipe of the registry pass them (FedDF's public and validation
+      sets).
 
   Attributes:
     context: The run's shared parts.
@@ -124,6 +129,7 @@ class Recipe:
   ignored_because: ClassVar[Mapping[str, str]] = {}
   runs_on_several_workers: ClassVar[bool] = True
   progress_fields: ClassVar[tuple[tuple[str, str], ...]] = ()
+  required_settings: ClassVar[Mapping[str, Any]] = {}
 
   # --- Before the data is loaded (class methods). ---
 
