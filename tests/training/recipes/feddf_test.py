@@ -184,6 +184,9 @@ class FedDFRunTest(tff_test_utils.TffTestCase):
       self.assertGreater(np.mean(accuracies[0]), np.mean(accuracies[1]),
                          (name, accuracies))
     # Measured: 0.82 against 0.73 (test splits of 12 digits a client).
+    # Without distillation (FedAvg per architecture) the same run reaches
+    # 0.81: this shows that the federation helps, not that distillation
+    # adds to FedAvg (docs/algorithms/feddf.md).
     self.assertGreater(fused, own + 0.05, (fused, own))
 
     # Killed in round 3 after its log rows were written, before its
