@@ -25,8 +25,8 @@ same. Released each round: `ensemble_size`, `ensemble_validation_accuracy`
 (the teacher's accuracy on the server's validation set) and, per
 architecture A, `A_distillation_*` (steps, best step, validation accuracy
 before and after, and `loss`: the KL divergence to the teacher over the
-last `--feddf_validate_every` steps). `feddf_distillation.csv` has one row per round and
-architecture: its sampled clients and its distillation.
+last `--feddf_validate_every` steps). `feddf_distillation.csv` has one
+row per round and architecture: its sampled clients and its distillation.
 
 The server state is each architecture's FedAvg state: checkpointed as it
 is, so a resumed run continues with the same models. The distillation is
