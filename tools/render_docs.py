@@ -47,12 +47,17 @@ def settings_read_table() -> str:
   cells = {}
   for name in names:
     recipe = registry.get(name)
-    config = registry.make_config(algorithm=name, output_dir='unused')
+    required = recipe.required_settings
+    config = registry.make_config(algorithm=name, output_dir='unused',
+                                  **required)
     reads = recipe.settings_read(config)
     with_common = recipe.settings_read(registry.make_config(
-        algorithm=name, output_dir='unused', common_test_evaluation=True))
+        algorithm=name, output_dir='unused', common_test_evaluation=True,
+        **required))
     for setting in config_lib.ALGORITHM_DEPENDENT:
-      if setting in reads:
+      if setting in required:
+        cell = 'required'
+      elif setting in reads:
         values = reads[setting]
         cell = 'yes' if values is None else ', '.join(map(str, values))
       elif setting in with_common:

@@ -23,7 +23,8 @@ from tff_fair.training.recipes import registry
 
 def _base_flags(algorithm: str) -> dict[str, object]:
   return dict(algorithm=algorithm, dataset='digits', num_clients=4,
-              output_dir='/nonexistent/never_written')
+              output_dir='/nonexistent/never_written',
+              **registry.get(algorithm).required_settings)
 
 
 def _unread_cases():

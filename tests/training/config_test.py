@@ -137,6 +137,7 @@ class RunConfigTest(parameterized.TestCase):
                 for field, _ in registry.setting_fields()}
     for algorithm in registry.names():
       config = self._config(algorithm=algorithm, client_learning_rate=0.2,
+                            **registry.get(algorithm).required_settings,
                             **defaults)
       dataclasses.replace(config, rounds=3)
       self.assertEqual(config.algorithm, algorithm)

@@ -469,8 +469,14 @@ class RunConfig:
     return {**_DEFAULTS, **settings_defaults(type(self.settings))}
 
   def resumable_fields(self) -> frozenset[str]:
-    """The settings that may differ on resumption (shared and own)."""
-    return RESUMABLE_FIELDS | frozenset(
+    """The settings that may differ on resumption (shared and own).
+
+    An algorithm's settings may name shared ones of `RESUMABLE_FIELDS`
+    that its training reads, so they must not change (a class attribute
+    `fixed_on_resume`: FedDF distils on the server's validation set).
+    """
+    fixed = frozenset(getattr(type(self.settings), 'fixed_on_resume', ()))
+    return (RESUMABLE_FIELDS - fixed) | frozenset(
         f.name for f in dataclasses.fields(self.settings)
         if f.metadata.get('resumable'))
 

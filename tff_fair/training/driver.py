@@ -313,9 +313,11 @@ class Trainer:
         state, self.process.get_model_weights(state),
         self.context.benign(self.experiment.data.client_ids))
     per_client_values = {}
-    for prefix, (weights, ids) in models.items():
+    for prefix, (weights, ids, *variant) in models.items():
+      variant = variant[0] if variant else experiment_lib.TRAINED
       stats, accuracies = reports.test_statistics(
-          prefix, self.context.evaluate(weights, client_ids=ids))
+          prefix, self.context.evaluate(weights, client_ids=ids,
+                                        variant=variant))
       released.update(stats)
       per_client_values[f'{prefix}test_accuracy_per_client'] = accuracies
     return released, per_client_values

@@ -30,7 +30,10 @@ from tff_fair.training.recipes import registry
 # coarse width grid; standalone's budget of local epochs
 # (`RunContext.standalone_epochs`) rounded from more rounds, so that
 # clients_per_round changes it.
-_CHEAPER = {'aequa': {'width_step': 0.3}, 'standalone': {'rounds': 4}}
+# FedDF's distillation shortened.
+_CHEAPER = {'aequa': {'width_step': 0.3}, 'standalone': {'rounds': 4},
+            'feddf': {'feddf_distillation_steps': 20,
+                      'feddf_validate_every': 10}}
 # Settings that act only after the last round (the common held-out sets).
 _FINAL_ONLY = frozenset({'server_held_out_examples'})
 
@@ -38,7 +41,7 @@ _FINAL_ONLY = frozenset({'server_held_out_examples'})
 def _declared(algorithm: str) -> list[tuple[str, object]]:
   """(setting, value): each declared setting with the first value it reads."""
   config = recipe_test_utils.read_check_config('unused', algorithm,
-                                               **_CHEAPER.get(algorithm, {}))
+                                               **_settings(algorithm))
   reads = registry.get(algorithm).settings_read(config)
   cases = []
   for setting in config_lib.ALGORITHM_DEPENDENT:
@@ -47,6 +50,12 @@ def _declared(algorithm: str) -> list[tuple[str, object]]:
     if read:
       cases.append((setting, read[0]))
   return cases
+
+
+def _settings(algorithm: str, **overrides) -> dict[str, object]:
+  """The algorithm's required and cheaper settings, then `overrides`."""
+  return {**registry.get(algorithm).required_settings,
+          **_CHEAPER.get(algorithm, {}), **overrides}
 
 
 def _outputs(output_dir: str, algorithm: str) -> tuple[str, ...]:
@@ -81,7 +90,7 @@ class DeclaredSettingsActTest(tff_test_utils.TffTestCase):
     evaluations) and the global model it ends with."""
     config = recipe_test_utils.read_check_config(
         self.create_tempdir().full_path, algorithm,
-        **_CHEAPER.get(algorithm, {}), **overrides)
+        **_settings(algorithm, **overrides))
     if whole or not registry.get(algorithm).trains_federated:
       driver.run(config)
       return _outputs(config.output_dir, algorithm)

@@ -34,7 +34,7 @@ setting it declares changes the run.
 
 from collections.abc import Mapping, Sequence
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Union
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -47,8 +47,12 @@ from tff_fair.training import experiment as experiment_lib
 from tff_fair.training import run_context
 
 ClientMetrics = per_client.ClientMetrics
-# Per-round evaluation: name prefix -> (weights, the clients to measure).
-EvaluationModels = dict[str, tuple[per_client.WeightsSource, list[str]]]
+# Per-round evaluation: name prefix -> (weights, the clients to measure),
+# or (weights, clients, their model variant: one for all, or client id ->
+# its variant, as `RunContext.evaluate` takes it; default the trained one).
+EvaluationModels = dict[str, Union[
+    tuple[per_client.WeightsSource, list[str]],
+    tuple[per_client.WeightsSource, list[str], run_context.Variants]]]
 
 
 @dataclasses.dataclass
@@ -102,6 +106,11 @@ class Recipe:
     progress_fields: Released values the round's log line shows besides
       the shared ones: (name, label) pairs, e.g. Ditto's worst personal
       training accuracy.
+    required_settings: Shared settings whose default the algorithm cannot
+      run with (its `check_config` refuses it, naming the flag), each with
+      a value that works on the bundled digits; the tests that run every
+      recipe of the registry pass them (FedDF's public and validation
+      sets).
 
   Attributes:
     context: The run's shared parts.
@@ -120,6 +129,7 @@ class Recipe:
   ignored_because: ClassVar[Mapping[str, str]] = {}
   runs_on_several_workers: ClassVar[bool] = True
   progress_fields: ClassVar[tuple[tuple[str, str], ...]] = ()
+  required_settings: ClassVar[Mapping[str, Any]] = {}
 
   # --- Before the data is loaded (class methods). ---
 
@@ -291,8 +301,10 @@ class Recipe:
       client_ids: The clients to measure (the benign ones).
 
     Returns:
-      (prefix -> (weights, clients), values to release besides), released
-      as `<prefix>test_accuracy_*` statistics over those clients.
+      (prefix -> (weights, clients) or (weights, clients, variant), values
+      to release besides), released as `<prefix>test_accuracy_*`
+      statistics over those clients (a variant for clients of several
+      architectures: `EvaluationModels`).
     """
     del state  # The base measures the global model.
     return {'': (global_weights, client_ids)}, {}
