@@ -141,9 +141,7 @@ def build_cfl(
   fed_avg.check_client_weighting(client_weighting)
   slots = clustering.num_slots(max_clusters)
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
-  data_type = training_loop.data_type_of(model_fn)
-  input_type = (fed_avg.context_type(data_type) if client_context
-                else data_type)
+  input_type = fed_avg.client_input_type(model_fn, client_context)
 
   def stacked(tensors, fill):
     """[K, ...] per tensor: the tensor in slot 0, `fill` elsewhere."""

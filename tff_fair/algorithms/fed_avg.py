@@ -31,7 +31,7 @@ the same with and without it. `tff_fair.training` opts in.
 
 import collections
 from collections.abc import Callable
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -108,6 +108,14 @@ def derived_seed(weights, data: tf.data.Dataset) -> tf.Tensor:
   combined = tf.fingerprint(tf.concat(
       [_fingerprint(weights), first_batch], axis=1))
   return tf.bitcast(tf.reshape(combined, [2, 4]), tf.int32)
+
+
+def client_input_type(model_fn: ModelFn, client_context: bool,
+                      data_type: Optional[tff.Type] = None) -> Any:
+  """A client's input: its data (`data_type`, default the model's input
+  spec), or `context_type` of it under `client_context`."""
+  data_type = data_type or training_loop.data_type_of(model_fn)
+  return context_type(data_type) if client_context else data_type
 
 
 def context_type(data_type: tff.Type, **extra) -> collections.OrderedDict:
@@ -246,8 +254,7 @@ def build_client_work(
   """
   check_client_weighting(client_weighting)
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
-  data_type = data_type or training_loop.data_type_of(model_fn)
-  input_type = context_type(data_type) if client_context else data_type
+  input_type = client_input_type(model_fn, client_context, data_type)
 
   @tff.tensorflow.computation(weights_type, input_type)
   def client_update(initial_weights, client_data):

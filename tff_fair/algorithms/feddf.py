@@ -91,9 +91,7 @@ def build_fed_avg_sending_models(
   """
   fed_avg.check_client_weighting(client_weighting)
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
-  data_type = training_loop.data_type_of(model_fn)
-  input_type = (fed_avg.context_type(data_type) if client_context
-                else data_type)
+  input_type = fed_avg.client_input_type(model_fn, client_context)
 
   @tff.tensorflow.computation(weights_type, input_type)
   def client_update(initial_weights, client_data):

@@ -280,9 +280,7 @@ def build_client_update(
     client_context: See `build_pfedme`.
   """
   weights_type = tff.learning.models.weights_type_from_model(model_fn)
-  data_type = training_loop.data_type_of(model_fn)
-  input_type = (fed_avg.context_type(data_type) if client_context
-                else data_type)
+  input_type = fed_avg.client_input_type(model_fn, client_context)
 
   @tff.tensorflow.computation(weights_type, input_type)
   def client_update(initial_weights, client_data):
