@@ -27,7 +27,9 @@ Every run goes through `tff_fair.training.driver` in its own directory, so
 a killed benchmark resumes where it stopped, and one run again (e.g. with
 more seeds) skips what is finished; `--seeds`, `--partitions` and
 `--methods` choose a part. The results file is written after every run,
-so it always holds what has finished.
+so it always holds what has finished. With `--finished_only` nothing
+trains: the table gathers the runs finished so far (each re-evaluated
+with the current code) and leaves the others out, naming them.
 """
 
 # Before anything imports TensorFlow: keep its start-up noise off the terminal.
@@ -82,6 +84,9 @@ _FEMNIST_WRITERS = flags.DEFINE_integer(
     'femnist_writers', 40, 'FEMNIST writers (clients) of the natural'
     ' partition; 0 leaves FEMNIST out.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'See docs/data.md.')
+_FINISHED_ONLY = flags.DEFINE_bool(
+    'finished_only', False, 'Train nothing: tabulate the runs that have'
+    ' finished all --rounds, leave out (and name) the others.')
 _RESULTS_FILE = flags.DEFINE_string(
     'results_file', '', 'Write the results as JSON here (schema:'
     ' benchmarks/report.py), after every run.')
@@ -148,8 +153,21 @@ def _fallback_clients(output_dir: str) -> Optional[int]:
     return sum(row['uses'] == 'global' for row in csv.DictReader(f))
 
 
-def _run(config, kind: str) -> dict[str, Any]:
-  """One run's figures (trains, resumes or only re-evaluates it)."""
+def _finished(output_dir: str) -> bool:
+  """Whether the run in `output_dir` has trained all `--rounds`."""
+  path = os.path.join(output_dir, 'metrics.csv')
+  if not os.path.exists(path):
+    return False
+  with open(path) as f:
+    return any(int(r['round']) == _ROUNDS.value for r in csv.DictReader(f))
+
+
+def _run(config, kind: str) -> Optional[dict[str, Any]]:
+  """One run's figures (trains, resumes or only re-evaluates it); None for
+  a run left out by `--finished_only`."""
+  if _FINISHED_ONLY.value and not _finished(config.output_dir):
+    logging.info('Left out, not finished: %s', config.output_dir)
+    return None
   result = driver.run(config)
 
   def stats(name):
@@ -165,17 +183,21 @@ def _run(config, kind: str) -> dict[str, Any]:
               seconds_per_round=_seconds_per_round(config.output_dir))
 
 
-def _summary_row(setting: str, method: str,
-                 runs: list[dict[str, Any]],
-                 fedavg_seconds: list[Optional[float]]) -> dict[str, Any]:
-  """Mean over seeds; the spread of the mean accuracy (max - min)."""
+def _summary_row(setting: str, method: str, by_seed: dict[int, dict[str, Any]],
+                 fedavg_by_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
+  """Mean over seeds; the spread of the mean accuracy (max - min); the
+  round time's ratio to FedAvg's in each seed both have."""
+  runs = list(by_seed.values())
 
   def mean(key):
     values = [r[key] for r in runs if r[key] is not None]
     return float(np.mean(values)) if values else None
 
-  ratios = [r['seconds_per_round'] / f for r, f in zip(runs, fedavg_seconds)
-            if r['seconds_per_round'] and f]
+  fedavg_seconds = {seed: run['seconds_per_round']
+                    for seed, run in fedavg_by_seed.items()}
+  ratios = [run['seconds_per_round'] / fedavg_seconds[seed]
+            for seed, run in by_seed.items()
+            if run['seconds_per_round'] and fedavg_seconds.get(seed)]
   means = [r['mean'] for r in runs]
   return dict(setting=setting, method=method, seeds=len(runs),
               mean=mean('mean'),
@@ -206,7 +228,8 @@ def main(argv):
   log_filter.keep_info_logs_of_tff_fair_only()
   results = report.Results('personalization_fmnist', {
       f.name: f.value for f in (_OUTPUT_DIR, _SEEDS, _PARTITIONS, _METHODS,
-                                _ROUNDS, _FEMNIST_WRITERS, _DATA_DIR)})
+                                _ROUNDS, _FEMNIST_WRITERS, _DATA_DIR,
+                                _FINISHED_ONLY)})
   seeds = [int(s) for s in _SEEDS.value]
   rows = []
 
@@ -222,27 +245,29 @@ def main(argv):
 
   with local_runtime.local_context():
     for partition in _PARTITIONS.value:
-      runs = {method: [] for method in _METHODS.value}
+      runs = {method: {} for method in _METHODS.value}
       for seed in seeds:
         for method in _METHODS.value:
           logging.info('%s, seed %d: %s', partition, seed, method)
-          runs[method].append(_run(_fmnist_config(method, partition, seed),
-                                   METHODS[method][2]))
-      fedavg_seconds = [r['seconds_per_round'] for r in runs['fedavg']]
+          run = _run(_fmnist_config(method, partition, seed),
+                     METHODS[method][2])
+          if run is not None:
+            runs[method][seed] = run
       rows.extend(_summary_row(f'fmnist {partition}', method, runs[method],
-                               fedavg_seconds) for method in _METHODS.value)
+                               runs['fedavg'])
+                  for method in _METHODS.value if runs[method])
       release()
     if _FEMNIST_WRITERS.value:
       # One run per method: its row is released as soon as it finishes;
       # fedavg (the ratios' reference, required by _check_flags) first.
-      fedavg_seconds = None
+      femnist = {}
       for method in sorted(_METHODS.value, key=lambda m: m != 'fedavg'):
         run = _run(_femnist_config(method), METHODS[method][2])
-        if method == 'fedavg':
-          fedavg_seconds = [run['seconds_per_round']]
-        rows.append(_summary_row('femnist natural', method, [run],
-                                 fedavg_seconds))
-        release()
+        if run is not None:
+          femnist[method] = {0: run}
+          rows.append(_summary_row('femnist natural', method, femnist[method],
+                                   femnist.get('fedavg', {})))
+          release()
   results.write(_RESULTS_FILE.value)
 
 
