@@ -42,10 +42,6 @@ def _config(output_dir, **overrides):
       'cfl_max_clusters': 2, 'eval_every': 1, **overrides})
 
 
-class _Killed(Exception):
-  """Stands for the process being killed."""
-
-
 def _texts(output_dir):
   """The recipe's files and metrics.csv without its timings."""
   texts = {}
@@ -83,27 +79,11 @@ class CflSettingsTest(tf.test.TestCase):
 class CflRunTest(tff_test_utils.TffTestCase):
 
   def _run(self, output_dir, kill_in_round=None):
-    """A run; the state its final evaluations saw, by round."""
-    states = []
-    final_evaluations = cfl.Cfl.final_evaluations
-    after_round = cfl.Cfl.after_round
-
-    def keep_state(recipe, state, global_weights):
-      states.append(tf.nest.map_structure(np.asarray, state))
-      return final_evaluations(recipe, state, global_weights)
-
-    def killed_after_writing(recipe, plan, output):
-      released = after_round(recipe, plan, output)
-      if plan.number == kill_in_round:
-        raise _Killed()
-      return released
-
-    with mock.patch.object(data_lib, 'build_federated_data',
-                           _with_rotated_clients), \
-        mock.patch.object(cfl.Cfl, 'final_evaluations', keep_state), \
-        mock.patch.object(cfl.Cfl, 'after_round', killed_after_writing):
-      result = driver.run(_config(output_dir))
-    return result, states[-1]
+    """A run; the state its final evaluations saw."""
+    return recipe_test_utils.run_keeping_state(
+        cfl.Cfl, _config(output_dir), kill_in_round,
+        patches=(mock.patch.object(data_lib, 'build_federated_data',
+                                   _with_rotated_clients),))
 
   def test_a_federation_without_groups_does_not_split(self):
     # The same norms criterion (always met after round 1), no rotated
@@ -150,7 +130,7 @@ class CflRunTest(tff_test_utils.TffTestCase):
     # the resumed run restores round 2's clusters and ends as the straight
     # one did, byte for byte.
     split_dir = self.create_tempdir().full_path
-    with self.assertRaises(_Killed):
+    with self.assertRaises(recipe_test_utils.Killed):
       self._run(split_dir, kill_in_round=3)
     resumed, resumed_state = self._run(split_dir)
     self.assertEqual(resumed.resumed_from_round, 2)

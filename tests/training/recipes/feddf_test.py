@@ -2,7 +2,6 @@
 training, exact resume; its settings and their refusals."""
 
 import os
-from unittest import mock
 
 from absl.testing import parameterized
 import numpy as np
@@ -28,10 +27,6 @@ def _config(output_dir, **overrides):
       'public_examples': 300, 'server_held_out_examples': 150,
       'feddf_distillation_steps': 100, 'feddf_validate_every': 25,
       'feddf_patience': 50, **overrides})
-
-
-class _Killed(Exception):
-  """Stands for the process being killed."""
 
 
 def _texts(output_dir):
@@ -111,24 +106,8 @@ class FedDFRunTest(tff_test_utils.TffTestCase):
 
   def _run(self, output_dir, kill_in_round=None):
     """A FedDF run; the state its final evaluations saw."""
-    states = []
-    final_evaluations = feddf.FedDF.final_evaluations
-    after_round = feddf.FedDF.after_round
-
-    def keep_state(recipe, state, global_weights):
-      states.append(tf.nest.map_structure(np.asarray, state))
-      return final_evaluations(recipe, state, global_weights)
-
-    def killed_after_writing(recipe, plan, output):
-      released = after_round(recipe, plan, output)
-      if plan.number == kill_in_round:
-        raise _Killed()
-      return released
-
-    with mock.patch.object(feddf.FedDF, 'final_evaluations', keep_state), \
-        mock.patch.object(feddf.FedDF, 'after_round', killed_after_writing):
-      result = driver.run(_config(output_dir))
-    return result, states[-1]
+    return recipe_test_utils.run_keeping_state(
+        feddf.FedDF, _config(output_dir), kill_in_round)
 
   def _standalone(self, model):
     """Each client's own model of `model`, trained alone (the same
@@ -193,7 +172,7 @@ class FedDFRunTest(tff_test_utils.TffTestCase):
     # checkpoint: the resumed run restores round 2's models and ends as the
     # straight one did, byte for byte.
     split_dir = self.create_tempdir().full_path
-    with self.assertRaises(_Killed):
+    with self.assertRaises(recipe_test_utils.Killed):
       self._run(split_dir, kill_in_round=3)
     resumed, resumed_state = self._run(split_dir)
     self.assertEqual(resumed.resumed_from_round, 2)

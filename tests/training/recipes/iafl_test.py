@@ -24,10 +24,6 @@ def _rows(output_dir):
   return recipe_test_utils.read_round_log(output_dir, 'iafl_rounds.csv')
 
 
-class _Killed(Exception):
-  """Stands for the process being killed."""
-
-
 class IaflTest(tff_test_utils.TffTestCase):
 
   def test_bad_settings_are_refused(self):
@@ -76,11 +72,11 @@ class IaflTest(tff_test_utils.TffTestCase):
 
     def killed_in_round_3(recipe, state, client_ids, round_num, datasets):
       if round_num == 3:
-        raise _Killed()
+        raise recipe_test_utils.Killed()
       return before_round(recipe, state, client_ids, round_num, datasets)
 
     with mock.patch.object(iafl.Iafl, 'before_round', killed_in_round_3):
-      with self.assertRaises(_Killed):
+      with self.assertRaises(recipe_test_utils.Killed):
         driver.run(_config(split_dir))
     with mock.patch.object(run_context.RunContext,
                            'standalone_contributions') as measure:

@@ -1,6 +1,5 @@
 """pFedMe in the driver: settings, personalized models, exact resume."""
 
-from unittest import mock
 
 import tensorflow as tf
 
@@ -19,10 +18,6 @@ def _config(output_dir, **overrides):
 
 def _rows(output_dir):
   return recipe_test_utils.read_round_log(output_dir, pfedme.ROUND_LOG)
-
-
-class _Killed(Exception):
-  """Stands for the process being killed."""
 
 
 class PFedMeSettingsTest(tf.test.TestCase):
@@ -106,18 +101,10 @@ class PFedMeRunTest(tff_test_utils.TffTestCase):
     # before they were committed with the checkpoint: the resumed run
     # starts from round 2's models and ends where the straight one did.
     split_dir = self.create_tempdir().full_path
-    after_round = pfedme.PFedMe.after_round
-
-    def killed_after_writing(recipe, plan, output):
-      released = after_round(recipe, plan, output)
-      if plan.number == 3:
-        raise _Killed()
-      return released
-
-    with mock.patch.object(pfedme.PFedMe, 'after_round',
-                           killed_after_writing):
-      with self.assertRaises(_Killed):
-        driver.run(_config(split_dir, clients_per_round=2))
+    with self.assertRaises(recipe_test_utils.Killed):
+      recipe_test_utils.run_keeping_state(
+          pfedme.PFedMe, _config(split_dir, clients_per_round=2),
+          kill_in_round=3)
     resumed = driver.run(_config(split_dir, clients_per_round=2))
     self.assertEqual(resumed.resumed_from_round, 2)
     # Exactly: the same computations on the same inputs.

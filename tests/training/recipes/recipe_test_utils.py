@@ -1,11 +1,61 @@
-"""What the recipe tests share: a small digits run and its round logs."""
+"""What the recipe tests share: a small digits run, its round logs, a run
+killed midway."""
 
+import contextlib
 import csv
 import os
+from typing import Any, Optional
+from unittest import mock
+
+import numpy as np
+import tensorflow as tf
 
 from tff_fair import attacks
 from tff_fair.training import config as config_lib
+from tff_fair.training import driver
 from tff_fair.training.recipes import registry
+
+
+class Killed(Exception):
+  """Stands for the process being killed."""
+
+
+def run_keeping_state(recipe_type: type[Any], config: config_lib.RunConfig,
+                      kill_in_round: Optional[int] = None,
+                      patches=()) -> tuple[Any, Any]:
+  """Runs `config`; returns its result and the server state (numpy) its
+  final evaluations saw.
+
+  Args:
+    recipe_type: The run's recipe class.
+    config: The run.
+    kill_in_round: Raise `Killed` in this round after the recipe's
+      `after_round` (its logs written), before the round's checkpoint.
+    patches: Further context managers (e.g. `mock.patch.object`) held
+      around the run.
+  """
+  states = []
+  final_evaluations = recipe_type.final_evaluations
+  after_round = recipe_type.after_round
+
+  def keep_state(recipe, state, global_weights):
+    states.append(tf.nest.map_structure(np.asarray, state))
+    return final_evaluations(recipe, state, global_weights)
+
+  def killed_after_writing(recipe, plan, output):
+    released = after_round(recipe, plan, output)
+    if plan.number == kill_in_round:
+      raise Killed()
+    return released
+
+  with contextlib.ExitStack() as stack:
+    for patch in (
+        *patches,
+        mock.patch.object(recipe_type, 'final_evaluations', keep_state),
+        mock.patch.object(recipe_type, 'after_round', killed_after_writing)):
+      stack.enter_context(patch)
+    result = driver.run(config)
+  return result, states[-1]
 
 
 def digits_config(output_dir: str, **overrides) -> config_lib.RunConfig:
