@@ -178,10 +178,7 @@ class FedDFRunTest(tff_test_utils.TffTestCase):
     self.assertEqual(resumed.resumed_from_round, 2)
     self.assertEqual(_texts(split_dir), _texts(straight_dir))
     self.assertEqual(resumed.evaluations, straight.evaluations)
-    flat, resumed_flat = (tf.nest.flatten(s) for s in (state, resumed_state))
-    self.assertLen(resumed_flat, len(flat))
-    for a, b in zip(flat, resumed_flat):
-      self.assertEqual(a.tobytes(), b.tobytes())
+    recipe_test_utils.assert_same_state(self, state, resumed_state)
 
 
 if __name__ == '__main__':

@@ -20,6 +20,14 @@ class Killed(Exception):
   """Stands for the process being killed."""
 
 
+def assert_same_state(test: Any, state: Any, other: Any) -> None:
+  """Fails `test` unless two server states are equal byte for byte."""
+  flat, other_flat = (tf.nest.flatten(s) for s in (state, other))
+  test.assertLen(other_flat, len(flat))
+  for a, b in zip(flat, other_flat):
+    test.assertEqual(a.tobytes(), b.tobytes())
+
+
 def run_keeping_state(recipe_type: type[Any], config: config_lib.RunConfig,
                       kill_in_round: Optional[int] = None,
                       patches=()) -> tuple[Any, Any]:
