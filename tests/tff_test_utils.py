@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+from typing import Any, Sequence
 
 from absl.testing import parameterized
 import numpy as np
@@ -98,6 +99,27 @@ def stop_worker(process: subprocess.Popen) -> None:
     process.send_signal(signal.SIGCONT)
     process.kill()
   process.wait()
+
+
+def program_errors(stderr: str) -> list[str]:
+  """The train program's logged error lines and flag-parsing errors."""
+  return [line for line in stderr.splitlines()
+          if (line.startswith('E') and 'train.py:' in line)
+          or line.startswith('FATAL')]
+
+
+def assert_refused(test: Any, result: subprocess.CompletedProcess,
+                   keywords: Sequence[str], output_dir: str) -> None:
+  """Fails `test` unless the program exited 2 before training, with one
+  error line holding every keyword, and wrote nothing to `output_dir`."""
+  test.assertEqual(result.returncode, 2, result.stderr[-3000:])
+  test.assertNotIn('Traceback', result.stderr)
+  test.assertNotIn('round 1/', result.stderr)
+  lines = program_errors(result.stderr)
+  test.assertLen(lines, 1, result.stderr[-3000:])
+  for keyword in keywords:
+    test.assertIn(keyword, lines[0])
+  test.assertFalse(os.path.exists(output_dir))
 
 
 class TffTestCase(tf.test.TestCase, parameterized.TestCase):
