@@ -26,7 +26,7 @@ def _batches(rows, batch=10):
       x=_DIGITS.x[rows], y=_DIGITS.y[rows])).batch(batch)
 
 
-def _eager_meta_steps(start, data, variant):
+def _eager_meta_steps(start, data, variant, hessian_product):
   """The module docstring's rule, step by step on a Keras model."""
   model = _SPEC.build_keras(0)
   variables = model.trainable_variables
@@ -41,6 +41,17 @@ def _eager_meta_steps(start, data, variant):
       loss = loss_fn(batch['y'], model(batch['x'], training=True))
     return [g.numpy() for g in tape.gradient(loss, variables)]
 
+  def hessian_times(values, vector, batch):
+    for v, t in zip(variables, values):
+      v.assign(t)
+    with tf.GradientTape() as outer:
+      with tf.GradientTape() as inner:
+        loss = loss_fn(batch['y'], model(batch['x'], training=True))
+      directional = tf.add_n([
+          tf.reduce_sum(g * u)
+          for g, u in zip(inner.gradient(loss, variables), vector)])
+    return [h.numpy() for h in outer.gradient(directional, variables)]
+
   batches = list(data)
   per_step = 2 if variant == 'fo' else 3
   theta = [np.asarray(t) for t in start.trainable]
@@ -48,7 +59,10 @@ def _eager_meta_steps(start, data, variant):
     group = [batches[(i + k) % len(batches)] for k in range(per_step)]
     adapted = [t - _ALPHA * g for t, g in zip(theta, grad_at(theta, group[0]))]
     meta = grad_at(adapted, group[1])
-    if variant == 'hf':
+    if variant == 'hf' and hessian_product == 'exact':
+      meta = [g - _ALPHA * h
+              for g, h in zip(meta, hessian_times(theta, meta, group[2]))]
+    elif variant == 'hf':
       plus = grad_at([t + _DELTA * g for t, g in zip(theta, meta)], group[2])
       minus = grad_at([t - _DELTA * g for t, g in zip(theta, meta)], group[2])
       meta = [g - _ALPHA * (p - m) / (2 * _DELTA)
@@ -63,15 +77,17 @@ class PerFedAvgTest(tff_test_utils.TffTestCase):
     # 43 examples: 5 batches, the last of 3: five meta-steps, the last ones
     # reading the first batches again. 10: one batch, D, D' and D'' alike.
     start = _SPEC.initial_weights(1)
-    for examples, variant in itertools.product((43, 10), per_fedavg.VARIANTS):
-      with self.subTest(examples=examples, variant=variant):
+    cases = [(examples, 'fo', 'exact') for examples in (43, 10)] + list(
+        itertools.product((43, 10), ['hf'], per_fedavg.HESSIAN_PRODUCTS))
+    for examples, variant, product in cases:
+      with self.subTest(examples=examples, variant=variant, product=product):
         data = _batches(slice(0, examples))
-        loop = per_fedavg.build_meta_loop(_ALPHA, variant, _DELTA)(
+        loop = per_fedavg.build_meta_loop(_ALPHA, variant, _DELTA, product)(
             _SPEC.model_fn(),
             tff.learning.optimizers.build_sgdm(learning_rate=_BETA))
         trained = loop(start, data, tf.zeros([2], tf.int32))
         self.assertAllClose(trained['weights'].trainable,
-                            _eager_meta_steps(start, data, variant),
+                            _eager_meta_steps(start, data, variant, product),
                             atol=2e-5, rtol=1e-4)
         self.assertNotAllClose(trained['weights'].trainable, start.trainable)
         # The client's examples, each counted once, as FedAvg's weight.
@@ -80,6 +96,9 @@ class PerFedAvgTest(tff_test_utils.TffTestCase):
   def test_bad_arguments(self):
     for kwargs, message in ((dict(alpha=0.0), 'alpha'),
                             (dict(alpha=0.1, variant='so'), 'variant'),
+                            (dict(alpha=0.1, variant='hf',
+                                  hessian_product='gauss_newton'),
+                             'Hessian-vector product'),
                             (dict(alpha=0.1, delta=float('nan')), 'delta')):
       with self.assertRaisesRegex(ValueError, message):
         per_fedavg.build_per_fedavg(_SPEC.model_fn, digits_clients.sgd(),

@@ -273,11 +273,14 @@ class CheckOrSaveTest(parameterized.TestCase):
   @parameterized.parameters(
       ('label_skew_rule', dict(partition='label_skew'), 'cyclic'),
       ('quantity_large_clients', dict(partition='quantity_skew'), 'first'),
+      ('per_fedavg_hessian_product',
+       dict(algorithm='per_fedavg', per_fedavg_variant='hf'),
+       'finite_difference'),
   )
-  def test_older_run_missing_a_partition_rule_keeps_the_old_rule(
+  def test_older_run_missing_a_rule_keeps_the_old_rule(
       self, key, settings, old):
     # The default rule changed: an older run resumes only with the rule it
-    # was partitioned with, and the refusal says which.
+    # was partitioned (or trained) with, and the refusal says which.
     out = self._save_without(key, **settings)
     with self.assertRaisesRegex(
         config_lib.ConfigError,
@@ -288,11 +291,15 @@ class CheckOrSaveTest(parameterized.TestCase):
     config_lib.check_resumable(registry.make_config(
         output_dir=out, **settings, **{key: old}))
 
-  @parameterized.parameters('label_skew_rule', 'quantity_large_clients')
-  def test_partition_rule_missing_from_another_partition_is_default(self,
-                                                                    key):
-    out = self._save_without(key, partition='dirichlet')
-    config_lib.check_resumable(registry.make_config(output_dir=out))
+  @parameterized.parameters(
+      ('label_skew_rule', dict(partition='dirichlet')),
+      ('quantity_large_clients', dict(partition='dirichlet')),
+      ('per_fedavg_hessian_product', dict(algorithm='per_fedavg')))
+  def test_rule_missing_where_it_does_not_act_is_default(self, key,
+                                                         settings):
+    out = self._save_without(key, **settings)
+    config_lib.check_resumable(registry.make_config(output_dir=out,
+                                                    **settings))
 
   def test_missing_kappa_scope_counts_as_shared(self):
     out = self._save_without('kappa_scope', partition='quantity_skew',

@@ -127,10 +127,12 @@ CONFIG_FILE = 'config.json'
 
 # Settings whose default changed after runs were saved without them: a
 # missing value means what those runs used, not today's default, but only
-# for the partition it matters to: {setting: (partition, old value)}.
+# where it acts: {setting: ((setting it acts under, its value), old value)}.
 LEGACY_VALUES = {
-    'label_skew_rule': ('label_skew', 'cyclic'),
-    'quantity_large_clients': ('quantity_skew', 'first'),
+    'label_skew_rule': (('partition', 'label_skew'), 'cyclic'),
+    'quantity_large_clients': (('partition', 'quantity_skew'), 'first'),
+    'per_fedavg_hessian_product': (('per_fedavg_variant', 'hf'),
+                                   'finite_difference'),
 }
 
 
@@ -565,8 +567,8 @@ def incompatible_settings(
 
   A setting missing from `saved` (added to tff_fair after that run began)
   counts as what that run used: its default, or for a setting in
-  `LEGACY_VALUES` whose partition the run used, the old value (the
-  default changed since). Settings `current` does not read (another
+  `LEGACY_VALUES` that acted on the run (under its partition, variant...),
+  the old value (the default changed since). Settings `current` does not read (another
   algorithm's, an `ALGORITHM_DEPENDENT` one its algorithm ignores, or
   `SETTING_READERS`: another partition's, ...) are not compared: they never
   acted on the run (the algorithm is compared, so it is the saved run's).
@@ -580,7 +582,6 @@ def incompatible_settings(
   now = current.to_dict()
   defaults = current.defaults()
   resumable = current.resumable_fields()
-  saved_partition = saved.get('partition', _DEFAULTS['partition'])
   differences = []
   for key in sorted(set(saved) | set(now)):
     if key in resumable or key not in now:
@@ -595,9 +596,10 @@ def incompatible_settings(
         and key not in reads):
       continue
     legacy = None
-    if key not in saved and LEGACY_VALUES.get(key, ('',))[0] == (
-        saved_partition):
-      legacy = LEGACY_VALUES[key][1]
+    if key not in saved and key in LEGACY_VALUES:
+      (under, value), old = LEGACY_VALUES[key]
+      if saved.get(under, defaults.get(under)) == value:
+        legacy = old
     was = saved.get(key, defaults[key] if legacy is None else legacy)
     if was != now[key]:
       difference = f'{key}: saved run has {was!r}, this run asks {now[key]!r}'

@@ -27,14 +27,30 @@ class PerFedAvgTest(tff_test_utils.TffTestCase):
         (dict(per_fedavg_variant='so'), 'Unknown per_fedavg_variant'),
         (dict(per_fedavg_alpha=-1.0), 'per_fedavg_alpha must be a positive'),
         (dict(per_fedavg_alpha=0.0), 'per_fedavg_alpha must be a positive'),
-        (dict(per_fedavg_delta=0.0), 'per_fedavg_delta must be'),
+        (dict(per_fedavg_variant='hf',
+              per_fedavg_hessian_product='finite_difference',
+              per_fedavg_delta=0.0), 'per_fedavg_delta must be'),
+        (dict(per_fedavg_variant='hf', per_fedavg_hessian_product='bfgs'),
+         'Unknown per_fedavg_hessian_product'),
+        # Settings the run would ignore.
+        (dict(per_fedavg_hessian_product='finite_difference'),
+         'per_fedavg_hessian_product=finite_difference would be ignored'),
+        (dict(per_fedavg_variant='hf', per_fedavg_delta=0.01),
+         'per_fedavg_delta=0.01 would be ignored'),
         (dict(per_fedavg_adapt_steps=0), 'per_fedavg_adapt_steps must be'),
     ):
       with self.subTest(overrides), self.assertRaisesRegex(
           config_lib.ConfigError, message):
         _config(out, **overrides)
-    # The paper's alpha, whatever the client rate (digits': 0.1).
-    self.assertEqual(_config(out).settings.per_fedavg_alpha, 0.01)
+    # The paper's alpha, whatever the client rate (digits': 0.1); the
+    # exact Hessian-vector product.
+    settings = _config(out).settings
+    self.assertEqual(settings.per_fedavg_alpha, 0.01)
+    self.assertEqual(settings.per_fedavg_hessian_product, 'exact')
+    self.assertEqual(_config(
+        out, per_fedavg_variant='hf',
+        per_fedavg_hessian_product='finite_difference',
+        per_fedavg_delta=0.01).settings.per_fedavg_delta, 0.01)
 
   def test_adapted_models_beat_the_global_model(self):
     result = driver.run(_config(self.create_tempdir().full_path))

@@ -43,8 +43,12 @@ class Settings:
       client learning rate (the paper's beta). The default is the paper's
       typical 0.01, not the client rate: at FEMNIST's client rate of 0.1
       the meta-steps diverge (`docs/algorithms/per_fedavg.md`).
-    per_fedavg_delta: 'hf': the radius of the finite-difference
-      Hessian-vector product.
+    per_fedavg_hessian_product: 'hf': how the Hessian-vector product of
+      the meta-gradient is computed: 'exact' (by differentiating the
+      gradient) or 'finite_difference' (the paper's, of radius
+      `per_fedavg_delta`; inaccurate on ReLU and max-pooling networks:
+      `docs/algorithms/per_fedavg.md`).
+    per_fedavg_delta: 'hf' with 'finite_difference': its radius.
     per_fedavg_adapt_steps: SGD steps from the global model on a client's
       training data that make its personalized model.
   """
@@ -55,8 +59,14 @@ class Settings:
   per_fedavg_alpha: float = config_lib.setting(
       ALPHA, 'inner and adaptation step size; the meta-step is the client'
       ' optimizer\'s, at the client learning rate.')
+  per_fedavg_hessian_product: str = config_lib.setting(
+      per_fedavg_lib.HESSIAN_PRODUCTS[0],
+      'hf: the Hessian-vector product, exact (by differentiating the'
+      ' gradient) or finite_difference (the paper\'s, of radius'
+      ' --per_fedavg_delta; inaccurate on ReLU and max-pooling networks).',
+      choices=per_fedavg_lib.HESSIAN_PRODUCTS)
   per_fedavg_delta: float = config_lib.setting(
-      1e-3, 'hf: finite-difference radius of the Hessian-vector product.')
+      1e-3, 'hf with the finite_difference product: its radius.')
   per_fedavg_adapt_steps: int = config_lib.setting(
       1, 'SGD steps from the global model on a client\'s training data that'
       ' make its personalized model.', resumable=True)
@@ -64,12 +74,31 @@ class Settings:
   def __post_init__(self):
     config_lib.check_choice('per_fedavg_variant', self.per_fedavg_variant,
                             per_fedavg_lib.VARIANTS)
+    config_lib.check_choice('per_fedavg_hessian_product',
+                            self.per_fedavg_hessian_product,
+                            per_fedavg_lib.HESSIAN_PRODUCTS)
     config_lib.check_learning_rate('per_fedavg_alpha', self.per_fedavg_alpha)
     if not (math.isfinite(self.per_fedavg_delta)
             and self.per_fedavg_delta > 0):
       raise config_lib.ConfigError(
           'per_fedavg_delta must be a finite number > 0, got'
           f' {self.per_fedavg_delta}.')
+    # A setting the run would ignore is refused, as the shared ones are.
+    defaults = config_lib.settings_defaults(Settings)
+    if (self.per_fedavg_variant != 'hf' and self.per_fedavg_hessian_product
+        != defaults['per_fedavg_hessian_product']):
+      raise config_lib.ConfigError(
+          f'--per_fedavg_hessian_product={self.per_fedavg_hessian_product}'
+          ' would be ignored: only the Hessian-free variant computes one.'
+          ' Add --per_fedavg_variant=hf or drop the setting.')
+    if (self.per_fedavg_delta != defaults['per_fedavg_delta'] and (
+        self.per_fedavg_variant != 'hf'
+        or self.per_fedavg_hessian_product != 'finite_difference')):
+      raise config_lib.ConfigError(
+          f'--per_fedavg_delta={self.per_fedavg_delta} would be ignored: only'
+          ' the finite-difference product has a radius. Add'
+          ' --per_fedavg_variant=hf'
+          ' --per_fedavg_hessian_product=finite_difference or drop it.')
     if self.per_fedavg_adapt_steps < 1:
       raise config_lib.ConfigError(
           'per_fedavg_adapt_steps must be >= 1, got'
@@ -96,6 +125,7 @@ class PerFedAvg(recipe.Recipe):
         alpha=settings.per_fedavg_alpha,
         variant=settings.per_fedavg_variant,
         delta=settings.per_fedavg_delta,
+        hessian_product=settings.per_fedavg_hessian_product,
         model_aggregator=self.model_aggregator(), client_context=True)
 
   def adapted_models(self, global_weights):
