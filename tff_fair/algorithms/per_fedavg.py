@@ -25,8 +25,8 @@ and max-pooling networks the finite difference at the paper's delta = 1e-3
 crosses activation and pooling switches, whose jumps make its error larger
 than h itself, and training with it can diverge
 (`docs/algorithms/per_fedavg.md`). A pass makes as many model updates as
-FedAvg's and costs 2 gradient passes per batch (fo), about 3 (hf, exact)
-or 4 (hf, finite difference); reading each batch once per role, rather
+FedAvg's and costs 2 gradient passes per batch (fo) or about 4 (hf: either
+product costs about two); reading each batch once per role, rather
 than splitting the batches between the roles, keeps clients with few
 batches from taking a fraction of FedAvg's steps. The server is FedAvg's:
 the process is `fed_avg.build_fed_avg` with this local loop, so every TFF
