@@ -222,22 +222,6 @@ def _fingerprint(array: np.ndarray) -> int:
                         'little')
 
 
-def combine_train_metrics(
-    metrics: Sequence[Mapping[str, Any]]) -> collections.OrderedDict:
-  """Training metrics of several cohorts as one: counts (`num_*`) summed,
-  the others averaged weighted by `num_examples`."""
-  if not metrics:
-    return collections.OrderedDict()
-  examples = np.array([float(m['num_examples']) for m in metrics])
-  combined = collections.OrderedDict()
-  for name in metrics[0]:
-    values = np.array([float(m[name]) for m in metrics])
-    combined[name] = (values.sum() if name.startswith('num_') else
-                      float(np.average(values, weights=examples))
-                      if examples.sum() else float('nan'))
-  return combined
-
-
 class FedDFProcess:
   """FedAvg per architecture, then the server's ensemble distillation.
 
@@ -340,7 +324,7 @@ class FedDFProcess:
         state[name] = process.set_model_weights(state[name], weights)
     metrics['ensemble'] = ensemble
     metrics['client_work'] = collections.OrderedDict(
-        train=combine_train_metrics(train))
+        train=distillation.combine_train_metrics(train))
     return tff.learning.templates.LearningProcessOutput(state, metrics)
 
 
