@@ -2,6 +2,7 @@
 the same architectures trained alone, exact resume; its settings and their
 refusals."""
 
+import json
 import os
 
 from absl import logging
@@ -91,6 +92,46 @@ class FedMDSettingsTest(parameterized.TestCase):
        '--feddf_patience=3 is a setting of --algorithm=feddf'),
   )
   def test_refused_naming_the_flag(self, overrides, message):
+    with self.assertRaisesRegex(config_lib.ConfigError, message):
+      _config(self.create_tempdir().full_path, **overrides)
+
+  def _file(self, mapping) -> str:
+    return self.create_tempfile(content=json.dumps(mapping)).full_path
+
+  def test_a_file_gives_each_client_its_architecture(self):
+    ids = driver.build_experiment(_config('unused')).data.client_ids
+    mapping = {cid: _ARCHITECTURES[i % 3 == 0] for i, cid in enumerate(ids)}
+    config = _config(self.create_tempdir().full_path, client_models='',
+                     client_models_file=self._file(mapping))
+    self.assertEqual(fedmd.FedMD.model_variants(config),
+                     {'lenet': 'lenet', 'ditto_cnn': 'ditto_cnn'})
+    driver.build_experiment(config)  # Checks the file against the clients.
+    self.assertEqual(client_architectures.client_assignment(config, ids),
+                     mapping)
+    for bad, message in (
+        ({**mapping, 'nobody': 'lenet'}, 'names 1 client'),
+        ({cid: 'lenet' for cid in ids[1:]}, 'gives no architecture to 1'),
+    ):
+      with self.subTest(message), self.assertRaisesRegex(
+          config_lib.ConfigError, f'--client_models_file=.*{message}'):
+        driver.build_experiment(_config(
+            self.create_tempdir().full_path, client_models='',
+            client_models_file=self._file(bad)))
+
+  @parameterized.named_parameters(
+      ('both', dict(client_models='lenet'),
+       '--client_models and --client_models_file both'),
+      ('unknown_architecture', dict(client_models_file={'c': 'cnn'}),
+       "client 'c' has unknown architecture 'cnn'"),
+      ('model_not_among_them', dict(client_models_file={'c': 'ditto_cnn'}),
+       '--model=lenet is not one of --client_models_file='),
+      ('not_an_object', dict(client_models_file=['lenet']),
+       'must hold a non-empty JSON object'),
+  )
+  def test_a_bad_file_is_refused(self, overrides, message):
+    overrides.setdefault('client_models', '')
+    given = overrides.get('client_models_file', {'c': 'lenet'})
+    overrides['client_models_file'] = self._file(given)
     with self.assertRaisesRegex(config_lib.ConfigError, message):
       _config(self.create_tempdir().full_path, **overrides)
 

@@ -14,7 +14,8 @@ steps, for at most `--feddf_distillation_steps` steps and
 
 Which client holds which architecture: the shares of `--client_models`
 in whole clients (largest remainders), over the clients in an order
-shuffled by the run's seed, so it does not follow the partition's order
+shuffled by the run's seed, so it does not follow the partition's order;
+or the JSON file `--client_models_file` gives each client its own
 (`client_architectures`, shared with FedMD).
 `--model` must be one of the architectures (its model is what the driver
 calls the global model); an empty `--client_models` gives every client
@@ -60,6 +61,7 @@ class Settings:
   """Attributes (see the module docstring):
 
     client_models: 'architecture:share,...'; '' gives every client --model.
+    client_models_file: JSON {client_id: architecture}, instead.
     feddf_distillation_steps: Most distillation steps per architecture and
       round (>= 0; 0: FedAvg per architecture).
     feddf_patience: Steps without a better validation accuracy that stop
@@ -70,6 +72,7 @@ class Settings:
   """
 
   client_models: str = client_architectures.client_models_setting()
+  client_models_file: str = client_architectures.client_models_file_setting()
   feddf_distillation_steps: int = config_lib.setting(
       500, 'most steps of server distillation per architecture and round'
       ' (0: FedAvg per architecture, no distillation).')
@@ -91,8 +94,7 @@ class Settings:
   fixed_on_resume: ClassVar[tuple[str, ...]] = ('server_held_out_examples',)
 
   def __post_init__(self):
-    if self.client_models:
-      client_architectures.parse_client_models(self.client_models)
+    client_architectures.check_settings(self)
     for name, minimum in (('feddf_distillation_steps', 0),
                           ('feddf_patience', 1), ('feddf_validate_every', 1),
                           ('feddf_batch_size', 1)):
@@ -161,6 +163,10 @@ class FedDF(recipe.Recipe):
     return config
 
   @classmethod
+  def check_client_files(cls, config, client_ids):
+    client_architectures.check_client_files(config, client_ids)
+
+  @classmethod
   def model_variants(cls, config):
     """Each architecture, as a variant of its own name."""
     return client_architectures.model_variants(config)
@@ -168,10 +174,9 @@ class FedDF(recipe.Recipe):
   def __init__(self, context):
     super().__init__(context)
     config = self.config
-    shares = client_architectures.architecture_shares(config)
-    self.architectures = tuple(shares)
-    self.client_architectures = client_architectures.assign_architectures(
-        list(context.client_ids), shares, config.seed)
+    self.architectures = client_architectures.architectures(config)
+    self.client_architectures = client_architectures.client_assignment(
+        config, context.client_ids)
     self._log = context.round_log(DISTILLATION_LOG, DISTILLATION_LOG_FIELDS)
 
   def build_process(self):

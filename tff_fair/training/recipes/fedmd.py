@@ -1,7 +1,8 @@
 """FedMD (Li & Wang 2019): each client's own model, aligned through logits.
 
 Clients of different architectures (`--client_models`, e.g.
-`lenet:0.5,ditto_cnn:0.5`, assigned as FedDF's: `client_architectures`)
+`lenet:0.5,ditto_cnn:0.5`, assigned as FedDF's, or one per client from
+`--client_models_file`: `client_architectures`)
 each keep a model of their own across rounds. A round of the sampled
 clients (`tff_fair.algorithms.fedmd`): each computes its logits on the
 round's alignment set (`--fedmd_alignment_examples` of the public set,
@@ -64,6 +65,7 @@ class Settings:
   """Attributes (see the module docstring):
 
     client_models: 'architecture:share,...'; '' gives every client --model.
+    client_models_file: JSON {client_id: architecture}, instead.
     fedmd_alignment_examples: Public examples per round (>= 0; 0: all).
     fedmd_digest_epochs: Passes over the alignment set (>= 1).
     fedmd_digest_batch_size: Alignment examples per digest step (>= 1).
@@ -73,6 +75,7 @@ class Settings:
   """
 
   client_models: str = client_architectures.client_models_setting()
+  client_models_file: str = client_architectures.client_models_file_setting()
   fedmd_alignment_examples: int = config_lib.setting(
       0, "public examples each round's consensus is computed and digested"
       ' on, a fresh seeded subset each round (the paper: 5000); 0: the'
@@ -92,8 +95,7 @@ class Settings:
       ' read.')
 
   def __post_init__(self):
-    if self.client_models:
-      client_architectures.parse_client_models(self.client_models)
+    client_architectures.check_settings(self)
     for name, minimum in (('fedmd_alignment_examples', 0),
                           ('fedmd_digest_epochs', 1),
                           ('fedmd_digest_batch_size', 1),
@@ -198,6 +200,10 @@ class FedMD(recipe.Recipe):
     return config
 
   @classmethod
+  def check_client_files(cls, config, client_ids):
+    client_architectures.check_client_files(config, client_ids)
+
+  @classmethod
   def model_variants(cls, config):
     """Each architecture, as a variant of its own name."""
     return client_architectures.model_variants(config)
@@ -205,10 +211,9 @@ class FedMD(recipe.Recipe):
   def __init__(self, context):
     super().__init__(context)
     config = self.config
-    shares = client_architectures.architecture_shares(config)
-    self.architectures = tuple(shares)
-    self.client_architectures = client_architectures.assign_architectures(
-        list(context.client_ids), shares, config.seed)
+    self.architectures = client_architectures.architectures(config)
+    self.client_architectures = client_architectures.client_assignment(
+        config, context.client_ids)
     specs = context.experiment.model_specs
     self._initial_weights = {name: specs[name].initial_weights(config.seed)
                              for name in self.architectures}
