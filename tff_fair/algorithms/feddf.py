@@ -55,7 +55,6 @@ distillation into its model.
 import collections
 from collections.abc import Callable, Mapping, Sequence
 import hashlib
-import numbers
 from typing import Any, Optional
 
 import numpy as np
@@ -121,12 +120,6 @@ def build_fed_avg_sending_models(
       tff.learning.templates.build_apply_optimizer_finalizer(
           server_optimizer_fn or fed_avg.default_server_optimizer(),
           weights_type))
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-  if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-      or value < minimum):
-    raise ValueError(f'{name} must be an int >= {minimum}, got {value!r}.')
 
 
 def _batch_rows(count: int, rows: int,
@@ -385,10 +378,10 @@ def build_feddf(
   if not len(val_y) or len(val_x) != len(val_y):
     raise ValueError('validation must be (x, y) of at least one example,'
                      f' got {len(val_x)} examples and {len(val_y)} labels.')
-  _check_int('distillation_steps', distillation_steps, 0)
-  _check_int('validate_every', validate_every, 1)
-  _check_int('patience', patience, 1)
-  _check_int('distillation_batch_size', distillation_batch_size, 1)
+  distillation.check_int('distillation_steps', distillation_steps, 0)
+  distillation.check_int('validate_every', validate_every, 1)
+  distillation.check_int('patience', patience, 1)
+  distillation.check_int('distillation_batch_size', distillation_batch_size, 1)
   processes = collections.OrderedDict(
       (name, build_fed_avg_sending_models(
           model_fn, client_optimizer_fn, server_optimizer_fn,

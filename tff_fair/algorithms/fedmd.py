@@ -48,6 +48,12 @@ client has before its first round:
                                 clients={architecture: [O]}>)
     get_model_weights:        (S -> {architecture: ModelWeights})
     set_model_weights:        (<S, {architecture: ModelWeights}> -> S)
+    pretrain:                 ({architecture: ModelWeights} ->
+                               {architecture: ModelWeights})
+
+`pretrain` is the paper's transfer learning, optional (`pretrain_epochs`):
+each architecture's model trained on the labeled public set; `initialize`
+applies it to the initial models.
 
 M holds, per architecture, `clients` (sampled this round) and
 `digest_loss` (their mean MAE to the consensus over the digest's batches,
@@ -58,7 +64,6 @@ the revisit's training metrics over every architecture.
 
 import collections
 from collections.abc import Mapping, Sequence
-import numbers
 from typing import Any, Optional
 
 import numpy as np
@@ -80,12 +85,6 @@ def client_input(dataset: tf.data.Dataset,
                  model: ModelWeights) -> collections.OrderedDict:
   """One client's input C: its batched private data and its own model."""
   return collections.OrderedDict(data=dataset, model=model)
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-  if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-      or value < minimum):
-    raise ValueError(f'{name} must be an int >= {minimum}, got {value!r}.')
 
 
 def _num_classes(model_fn: distillation.ModelFn) -> int:
@@ -428,14 +427,14 @@ def build_fedmd(
     raise ValueError('model_fns must name at least one architecture.')
   if not len(public_x):
     raise ValueError('FedMD needs a non-empty public set to align on.')
-  _check_int('alignment_examples', alignment_examples, 0)
+  distillation.check_int('alignment_examples', alignment_examples, 0)
   if alignment_examples > len(public_x):
     raise ValueError(f'alignment_examples={alignment_examples} is more than'
                      f' the {len(public_x)} public examples.')
-  _check_int('digest_epochs', digest_epochs, 1)
-  _check_int('digest_batch_size', digest_batch_size, 1)
-  _check_int('pretrain_epochs', pretrain_epochs, 0)
-  _check_int('pretrain_batch_size', pretrain_batch_size, 1)
+  distillation.check_int('digest_epochs', digest_epochs, 1)
+  distillation.check_int('digest_batch_size', digest_batch_size, 1)
+  distillation.check_int('pretrain_epochs', pretrain_epochs, 0)
+  distillation.check_int('pretrain_batch_size', pretrain_batch_size, 1)
   pretraining = public_data = None
   if pretrain_epochs:
     if public_y is None or len(public_y) != len(public_x):
