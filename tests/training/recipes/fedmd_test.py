@@ -216,9 +216,11 @@ class FedMDRunTest(tff_test_utils.TffTestCase):
     logging.info('Mean test accuracy (FedMD, alone, pretrained then alone):'
                  ' %s; per architecture %s.',
                  (fedmd_acc, alone, pretrained_alone), results)
-    # Measured: 0.969 against 0.917 alone and 0.948 pretrained then alone
-    # (test splits of 12 digits a client: 2 test examples of 96 separate
-    # FedMD from the pretrained models trained alone).
+    # Measured: 0.969 against 0.917 alone and 0.958 pretrained then alone
+    # (test splits of 12 digits a client). Against the pretrained models
+    # trained alone the margin is one test digit of 96 (LeNet equal,
+    # ditto_cnn 0.958 against 0.938): most of FedMD's gain here is the
+    # pretraining's, the digests add little on data this small.
     self.assertGreater(fedmd_acc, alone + 0.03, results)
     self.assertGreater(fedmd_acc, pretrained_alone, results)
     # Why pretraining is on here: without it (the default, which never
