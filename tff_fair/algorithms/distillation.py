@@ -14,10 +14,14 @@ themselves with the mean absolute error at each client.
   (`kl_divergence`, `mean_absolute_error`).
 * `Logits` and `teacher_logits`: the same at the server, in plain
   TensorFlow, for models held as weights (FedDF's received client models).
+* `combine_train_metrics`: the training metrics of each architecture's
+  cohort of clients as one (a round of either method trains several);
+  `check_int`: the check of either builder's counts.
 """
 
 import collections
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+import numbers
 from typing import Any, Optional
 
 import numpy as np
@@ -29,6 +33,14 @@ ModelFn = Callable[[], tff.learning.models.VariableModel]
 LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 # Examples per forward pass when only logits are computed.
 PREDICTION_BATCH = 256
+
+
+def check_int(name: str, value: Any, minimum: int) -> None:
+  """Raises `ValueError` unless `value` is an int >= `minimum` (a count of
+  steps, epochs or examples of either method)."""
+  if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+      or value < minimum):
+    raise ValueError(f'{name} must be an int >= {minimum}, got {value!r}.')
 
 
 def kl_divergence(teacher_logits: tf.Tensor,
@@ -193,3 +205,19 @@ def teacher_logits(
     logits = runners[architecture](weights, x)
     total = logits if total is None else total + logits
   return total / len(models)
+
+
+def combine_train_metrics(
+    metrics: Sequence[Mapping[str, Any]]) -> collections.OrderedDict:
+  """Training metrics of several cohorts as one: counts (`num_*`) summed,
+  the others averaged weighted by `num_examples`."""
+  if not metrics:
+    return collections.OrderedDict()
+  examples = np.array([float(m['num_examples']) for m in metrics])
+  combined = collections.OrderedDict()
+  for name in metrics[0]:
+    values = np.array([float(m[name]) for m in metrics])
+    combined[name] = (values.sum() if name.startswith('num_') else
+                      float(np.average(values, weights=examples))
+                      if examples.sum() else float('nan'))
+  return combined

@@ -55,7 +55,6 @@ distillation into its model.
 import collections
 from collections.abc import Callable, Mapping, Sequence
 import hashlib
-import numbers
 from typing import Any, Optional
 
 import numpy as np
@@ -121,12 +120,6 @@ def build_fed_avg_sending_models(
       tff.learning.templates.build_apply_optimizer_finalizer(
           server_optimizer_fn or fed_avg.default_server_optimizer(),
           weights_type))
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-  if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-      or value < minimum):
-    raise ValueError(f'{name} must be an int >= {minimum}, got {value!r}.')
 
 
 def _batch_rows(count: int, rows: int,
@@ -220,22 +213,6 @@ def _fingerprint(array: np.ndarray) -> int:
   """A seed from an array's bytes: the same inputs give the same batches."""
   return int.from_bytes(hashlib.sha256(array.tobytes()).digest()[:8],
                         'little')
-
-
-def combine_train_metrics(
-    metrics: Sequence[Mapping[str, Any]]) -> collections.OrderedDict:
-  """Training metrics of several cohorts as one: counts (`num_*`) summed,
-  the others averaged weighted by `num_examples`."""
-  if not metrics:
-    return collections.OrderedDict()
-  examples = np.array([float(m['num_examples']) for m in metrics])
-  combined = collections.OrderedDict()
-  for name in metrics[0]:
-    values = np.array([float(m[name]) for m in metrics])
-    combined[name] = (values.sum() if name.startswith('num_') else
-                      float(np.average(values, weights=examples))
-                      if examples.sum() else float('nan'))
-  return combined
 
 
 class FedDFProcess:
@@ -340,7 +317,7 @@ class FedDFProcess:
         state[name] = process.set_model_weights(state[name], weights)
     metrics['ensemble'] = ensemble
     metrics['client_work'] = collections.OrderedDict(
-        train=combine_train_metrics(train))
+        train=distillation.combine_train_metrics(train))
     return tff.learning.templates.LearningProcessOutput(state, metrics)
 
 
@@ -401,10 +378,10 @@ def build_feddf(
   if not len(val_y) or len(val_x) != len(val_y):
     raise ValueError('validation must be (x, y) of at least one example,'
                      f' got {len(val_x)} examples and {len(val_y)} labels.')
-  _check_int('distillation_steps', distillation_steps, 0)
-  _check_int('validate_every', validate_every, 1)
-  _check_int('patience', patience, 1)
-  _check_int('distillation_batch_size', distillation_batch_size, 1)
+  distillation.check_int('distillation_steps', distillation_steps, 0)
+  distillation.check_int('validate_every', validate_every, 1)
+  distillation.check_int('patience', patience, 1)
+  distillation.check_int('distillation_batch_size', distillation_batch_size, 1)
   processes = collections.OrderedDict(
       (name, build_fed_avg_sending_models(
           model_fn, client_optimizer_fn, server_optimizer_fn,

@@ -11,6 +11,7 @@ from tests import tff_test_utils
 from tests.training.recipes import recipe_test_utils
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
+from tff_fair.training.recipes import client_architectures
 from tff_fair.training.recipes import feddf
 
 _ARCHITECTURES = 'lenet:0.5,ditto_cnn:0.5'
@@ -75,17 +76,17 @@ class FedDFSettingsTest(parameterized.TestCase):
       _config(self.create_tempdir().full_path, **overrides)
 
   def test_clients_are_split_by_the_shares_in_a_seeded_order(self):
-    shares = feddf.parse_client_models('lenet:2,ditto_cnn:1')
+    shares = client_architectures.parse_client_models('lenet:2,ditto_cnn:1')
     self.assertEqual(list(shares.values()), [2 / 3, 1 / 3])
-    self.assertEqual(dict(feddf.client_counts(shares, 10)),
+    self.assertEqual(dict(client_architectures.client_counts(shares, 10)),
                      {'lenet': 7, 'ditto_cnn': 3})
     ids = [f'c{i}' for i in range(10)]
-    assigned = feddf.assign_architectures(ids, shares, seed=3)
+    assigned = client_architectures.assign_architectures(ids, shares, seed=3)
     self.assertEqual(sorted(assigned), ids)
     self.assertEqual(list(assigned.values()).count('ditto_cnn'), 3)
-    self.assertEqual(feddf.assign_architectures(ids, shares, seed=3),
+    self.assertEqual(client_architectures.assign_architectures(ids, shares, seed=3),
                      assigned)
-    self.assertNotEqual(feddf.assign_architectures(ids, shares, seed=4),
+    self.assertNotEqual(client_architectures.assign_architectures(ids, shares, seed=4),
                         assigned)
 
   def test_a_resume_may_not_change_the_server_sets(self):
@@ -98,7 +99,7 @@ class FedDFSettingsTest(parameterized.TestCase):
 
   def test_without_client_models_every_client_uses_model(self):
     config = _config(self.create_tempdir().full_path, client_models='')
-    self.assertEqual(list(feddf.architecture_shares(config)), ['lenet'])
+    self.assertEqual(list(client_architectures.architecture_shares(config)), ['lenet'])
     self.assertEqual(feddf.FedDF.model_variants(config), {'lenet': 'lenet'})
 
 
@@ -130,8 +131,8 @@ class FedDFRunTest(tff_test_utils.TffTestCase):
     self.assertCountEqual(evaluations, ['global'])
     ids = sorted(evaluations['global'])
     config = _config('unused')
-    architectures = feddf.assign_architectures(
-        ids, feddf.architecture_shares(config), config.seed)
+    architectures = client_architectures.assign_architectures(
+        ids, client_architectures.architecture_shares(config), config.seed)
     self.assertCountEqual(set(architectures.values()),
                           ['lenet', 'ditto_cnn'])
     history = straight.history

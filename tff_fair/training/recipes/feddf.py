@@ -14,7 +14,9 @@ steps, for at most `--feddf_distillation_steps` steps and
 
 Which client holds which architecture: the shares of `--client_models`
 in whole clients (largest remainders), over the clients in an order
-shuffled by the run's seed, so it does not follow the partition's order.
+shuffled by the run's seed, so it does not follow the partition's order;
+or the JSON file `--client_models_file` gives each client its own
+(`client_architectures`, shared with FedMD).
 `--model` must be one of the architectures (its model is what the driver
 calls the global model); an empty `--client_models` gives every client
 `--model` (FedAvg plus the server's distillation).
@@ -35,7 +37,6 @@ seeded by the teacher's logits, so it repeats exactly.
 
 import collections
 import dataclasses
-import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -45,86 +46,14 @@ import tensorflow_federated as tff
 from tff_fair.algorithms import client_outputs
 from tff_fair.algorithms import fed_avg
 from tff_fair.algorithms import feddf as feddf_lib
-from tff_fair.models import names as model_names
 from tff_fair.training import config as config_lib
+from tff_fair.training.recipes import client_architectures
 from tff_fair.training.recipes import recipe
 
 DISTILLATION_LOG = 'feddf_distillation.csv'
 DISTILLATION_LOG_FIELDS = ('round', 'architecture', 'clients', 'steps',
                            'best_step', 'validation_accuracy_before',
                            'validation_accuracy', 'loss')
-# Separates the architectures' shuffle of clients from the run's others.
-_ASSIGNMENT_STREAM = 0xFEDDF
-
-
-def parse_client_models(text: str) -> collections.OrderedDict:
-  """'lenet:0.5,ditto_cnn:0.5' -> OrderedDict(architecture -> share).
-
-  Shares are positive numbers, normalized to sum to 1; a name alone has
-  share 1.
-
-  Raises:
-    config.ConfigError: For an unknown or repeated architecture, or a share
-      that is not a positive number.
-  """
-  shares = collections.OrderedDict()
-  for item in text.split(','):
-    name, _, share = item.strip().partition(':')
-    if name not in model_names.PLAIN_MODELS:
-      raise config_lib.ConfigError(
-          f'--client_models={text}: unknown architecture {name!r}; use'
-          f' name:share pairs of {", ".join(model_names.PLAIN_MODELS)},'
-          ' e.g. lenet:0.5,ditto_cnn:0.5.')
-    if name in shares:
-      raise config_lib.ConfigError(
-          f'--client_models={text} names {name} twice.')
-    try:
-      value = float(share) if share else 1.0
-    except ValueError:
-      value = math.nan
-    if not (math.isfinite(value) and value > 0):
-      raise config_lib.ConfigError(
-          f'--client_models={text}: the share of {name} must be a number'
-          f' > 0, got {share!r}.')
-    shares[name] = value
-  total = sum(shares.values())
-  return collections.OrderedDict((n, s / total) for n, s in shares.items())
-
-
-def architecture_shares(config: config_lib.RunConfig
-                        ) -> collections.OrderedDict:
-  """Architecture -> its share of the clients (`--model` alone if unset)."""
-  if config.settings.client_models:
-    return parse_client_models(config.settings.client_models)
-  return collections.OrderedDict([(_model(config), 1.0)])
-
-
-def _model(config: config_lib.RunConfig) -> str:
-  return config.model or config_lib.DATASET_DEFAULTS[config.dataset].model
-
-
-def client_counts(shares: collections.OrderedDict,
-                  num_clients: int) -> collections.OrderedDict:
-  """Clients per architecture: the shares in whole clients, by largest
-  remainders (ties to the earlier architecture)."""
-  exact = [s * num_clients for s in shares.values()]
-  counts = [math.floor(e) for e in exact]
-  by_remainder = sorted(range(len(exact)), key=lambda i: -(exact[i] -
-                                                           counts[i]))
-  for i in by_remainder[:num_clients - sum(counts)]:
-    counts[i] += 1
-  return collections.OrderedDict(zip(shares, counts))
-
-
-def assign_architectures(client_ids, shares: collections.OrderedDict,
-                         seed: int) -> dict[str, str]:
-  """Client id -> its architecture: `client_counts` over the clients in a
-  seeded shuffled order."""
-  order = np.random.default_rng([seed, _ASSIGNMENT_STREAM]).permutation(
-      len(client_ids))
-  counts = client_counts(shares, len(client_ids))
-  names = [n for n, count in counts.items() for _ in range(count)]
-  return {client_ids[i]: name for i, name in zip(order, names)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +61,7 @@ class Settings:
   """Attributes (see the module docstring):
 
     client_models: 'architecture:share,...'; '' gives every client --model.
+    client_models_file: JSON {client_id: architecture}, instead.
     feddf_distillation_steps: Most distillation steps per architecture and
       round (>= 0; 0: FedAvg per architecture).
     feddf_patience: Steps without a better validation accuracy that stop
@@ -141,10 +71,8 @@ class Settings:
     feddf_learning_rate: Adam's learning rate in the distillation (> 0).
   """
 
-  client_models: str = config_lib.setting(
-      '', "the clients' architectures and each one's share of the clients,"
-      ' e.g. lenet:0.5,ditto_cnn:0.5 (shares are normalized; --model must be'
-      ' one of them); empty: every client uses --model.')
+  client_models: str = client_architectures.client_models_setting()
+  client_models_file: str = client_architectures.client_models_file_setting()
   feddf_distillation_steps: int = config_lib.setting(
       500, 'most steps of server distillation per architecture and round'
       ' (0: FedAvg per architecture, no distillation).')
@@ -166,8 +94,7 @@ class Settings:
   fixed_on_resume: ClassVar[tuple[str, ...]] = ('server_held_out_examples',)
 
   def __post_init__(self):
-    if self.client_models:
-      parse_client_models(self.client_models)
+    client_architectures.check_settings(self)
     for name, minimum in (('feddf_distillation_steps', 0),
                           ('feddf_patience', 1), ('feddf_validate_every', 1),
                           ('feddf_batch_size', 1)):
@@ -232,32 +159,24 @@ class FedDF(recipe.Recipe):
       raise config_lib.ConfigError(
           "--algorithm=feddf stops each distillation early on the server's"
           ' validation set: set --server_held_out_examples=N (e.g. 100).')
-    shares = architecture_shares(config)
-    if _model(config) not in shares:
-      raise config_lib.ConfigError(
-          f'--model={_model(config)} is not one of --client_models='
-          f'{config.settings.client_models}: set --model to one of'
-          f' {", ".join(shares)} (its model is the run\'s global model).')
-    counts = client_counts(shares, config.num_clients)
-    empty = [name for name, count in counts.items() if not count]
-    if empty:
-      raise config_lib.ConfigError(
-          f'--client_models={config.settings.client_models} gives no client'
-          f' of --num_clients={config.num_clients} to {", ".join(empty)}:'
-          ' raise its share or the number of clients.')
+    client_architectures.check_client_models(config)
     return config
+
+  @classmethod
+  def check_client_files(cls, config, client_ids):
+    client_architectures.check_client_files(config, client_ids)
 
   @classmethod
   def model_variants(cls, config):
     """Each architecture, as a variant of its own name."""
-    return {name: name for name in architecture_shares(config)}
+    return client_architectures.model_variants(config)
 
   def __init__(self, context):
     super().__init__(context)
     config = self.config
-    self.architectures = tuple(architecture_shares(config))
-    self.client_architectures = assign_architectures(
-        list(context.client_ids), architecture_shares(config), config.seed)
+    self.architectures = client_architectures.architectures(config)
+    self.client_architectures = client_architectures.client_assignment(
+        config, context.client_ids)
     self._log = context.round_log(DISTILLATION_LOG, DISTILLATION_LOG_FIELDS)
 
   def build_process(self):
@@ -279,7 +198,7 @@ class FedDF(recipe.Recipe):
         model_aggregator=self.model_aggregator(),
         client_context=True)
     self._feddf = process
-    return _Process(process, _model(self.config), {
+    return _Process(process, client_architectures.main_model(self.config), {
         name: specs[name].initial_weights(self.config.seed)
         for name in self.architectures})
 

@@ -19,6 +19,7 @@ from tff_fair.training.recipes import ditto
 from tff_fair.training.recipes import fedavg
 from tff_fair.training.recipes import fedavg_ft
 from tff_fair.training.recipes import feddf
+from tff_fair.training.recipes import fedmd
 from tff_fair.training.recipes import fedprox
 from tff_fair.training.recipes import fedrep
 from tff_fair.training.recipes import iafl
@@ -42,6 +43,7 @@ RECIPES: dict[str, type[recipe.Recipe]] = {r.name: r for r in (
     pfedme.PFedMe,
     cfl.Cfl,
     feddf.FedDF,
+    fedmd.FedMD,
 )}
 DEFAULT_ALGORITHM = 'fedavg'
 # Why an algorithm ignores a setting when its recipe does not say.
