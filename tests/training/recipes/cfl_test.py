@@ -44,14 +44,7 @@ def _config(output_dir, **overrides):
 
 def _texts(output_dir):
   """The recipe's files and metrics.csv without its timings."""
-  texts = {}
-  for name in cfl.Cfl.output_files:
-    with open(os.path.join(output_dir, name)) as f:
-      texts[name] = f.read()
-  texts['metrics'] = [
-      {k: v for k, v in row.items() if not k.startswith('seconds')}
-      for row in recipe_test_utils.read_round_log(output_dir, 'metrics.csv')]
-  return texts
+  return recipe_test_utils.run_texts(output_dir, cfl.Cfl.output_files)
 
 
 class CflSettingsTest(tf.test.TestCase):

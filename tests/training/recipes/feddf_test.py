@@ -1,7 +1,6 @@
 """FedDF in the driver: two architectures on digits, against standalone
 training, exact resume; its settings and their refusals."""
 
-import os
 
 from absl.testing import parameterized
 import numpy as np
@@ -10,7 +9,6 @@ import tensorflow as tf
 from tests import tff_test_utils
 from tests.training.recipes import recipe_test_utils
 from tff_fair.training import config as config_lib
-from tff_fair.training import driver
 from tff_fair.training.recipes import client_architectures
 from tff_fair.training.recipes import feddf
 
@@ -32,12 +30,7 @@ def _config(output_dir, **overrides):
 
 def _texts(output_dir):
   """The recipe's log and metrics.csv without its timings."""
-  with open(os.path.join(output_dir, feddf.DISTILLATION_LOG)) as f:
-    texts = {feddf.DISTILLATION_LOG: f.read()}
-  texts['metrics'] = [
-      {k: v for k, v in row.items() if not k.startswith('seconds')}
-      for row in recipe_test_utils.read_round_log(output_dir, 'metrics.csv')]
-  return texts
+  return recipe_test_utils.run_texts(output_dir, [feddf.DISTILLATION_LOG])
 
 
 def _mean_accuracy(metrics) -> float:
@@ -111,18 +104,9 @@ class FedDFRunTest(tff_test_utils.TffTestCase):
         feddf.FedDF, _config(output_dir), kill_in_round)
 
   def _standalone(self, model):
-    """Each client's own model of `model`, trained alone (the same
-    clients' data: the server's sets are drawn from what no client holds,
-    without changing the clients' splits)."""
-    config = recipe_test_utils.digits_config(
-        self.create_tempdir().full_path, algorithm='standalone', model=model,
-        **_RUN)
-    feddf_data = driver.build_experiment(_config('unused')).data
-    data = driver.build_experiment(config).data
-    for cid in data.client_ids:
-      self.assertAllEqual(data.indices(cid, 'test'),
-                          feddf_data.indices(cid, 'test'))
-    return driver.run(config).evaluations['standalone']
+    """Each client's own model of `model`, trained alone."""
+    return recipe_test_utils.standalone_evaluations(
+        self, model, _config('unused'), **_RUN)
 
   def test_two_architectures_beat_standalone_and_resume_exactly(self):
     straight_dir = self.create_tempdir().full_path

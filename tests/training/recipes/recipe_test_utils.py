@@ -1,6 +1,7 @@
 """What the recipe tests share: a small digits run, its round logs, a run
 killed midway."""
 
+from collections.abc import Sequence
 import contextlib
 import csv
 import os
@@ -82,10 +83,52 @@ def digits_config(output_dir: str, **overrides) -> config_lib.RunConfig:
   return registry.make_config(**values)
 
 
+def standalone_evaluations(test: tf.test.TestCase, model: str,
+                           same_clients_as: config_lib.RunConfig,
+                           **settings) -> dict[str, Any]:
+  """Each client's own model of architecture `model` trained alone
+  (`--algorithm=standalone` with `settings` on digits), evaluated.
+
+  Checks first that its clients' test splits are those of
+  `same_clients_as` (a run whose server draws sets no client holds must not
+  change the clients' splits), so the two runs' accuracies compare.
+  """
+  config = digits_config(test.create_tempdir().full_path,
+                         algorithm='standalone', model=model, **settings)
+  other = driver.build_experiment(same_clients_as).data
+  data = driver.build_experiment(config).data
+  for cid in data.client_ids:
+    test.assertAllEqual(data.indices(cid, 'test'), other.indices(cid, 'test'))
+  return driver.run(config).evaluations['standalone']
+
+
 def read_round_log(output_dir: str, file_name: str) -> list[dict[str, str]]:
   """The rows of a recipe's per-round CSV."""
   with open(os.path.join(output_dir, file_name)) as f:
     return list(csv.DictReader(f))
+
+
+def run_texts(output_dir: str, file_names: Sequence[str] = (), *,
+              missing_ok: bool = False) -> dict[str, Any]:
+  """What a run wrote, without its timings, to compare two runs.
+
+  'metrics.csv': its rows without the `seconds*` columns; each of
+  `file_names`: its text. With `missing_ok` a file the run did not write is
+  left out; otherwise opening it fails.
+  """
+  texts = {}
+  for name in ('metrics.csv', *file_names):
+    path = os.path.join(output_dir, name)
+    if missing_ok and not os.path.exists(path):
+      continue
+    if name == 'metrics.csv':
+      texts[name] = [
+          {k: v for k, v in row.items() if not k.startswith('seconds')}
+          for row in read_round_log(output_dir, name)]
+    else:
+      with open(path) as f:
+        texts[name] = f.read()
+  return texts
 
 
 # One or more values other than the default for every algorithm-dependent

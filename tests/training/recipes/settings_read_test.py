@@ -12,9 +12,7 @@ per-client metrics and outputs of a whole run). A repeat of the default
 run must come out the same, so a difference means something.
 """
 
-import csv
 import hashlib
-import os
 
 from absl.testing import parameterized
 import numpy as np
@@ -60,19 +58,10 @@ def _settings(algorithm: str, **overrides) -> dict[str, object]:
 
 def _outputs(output_dir: str, algorithm: str) -> tuple[str, ...]:
   """What a run released and wrote, without its timings."""
-  texts = []
-  metrics = os.path.join(output_dir, 'metrics.csv')
-  if os.path.exists(metrics):
-    with open(metrics) as f:
-      texts.append(repr([
-          {k: v for k, v in row.items() if not k.startswith('seconds')}
-          for row in csv.DictReader(f)]))
-  for name in ('clients_final.csv', *registry.get(algorithm).output_files):
-    path = os.path.join(output_dir, name)
-    if os.path.exists(path):
-      with open(path) as f:
-        texts.append(f'{name}:\n{f.read()}')
-  return tuple(texts)
+  texts = recipe_test_utils.run_texts(
+      output_dir, ('clients_final.csv', *registry.get(algorithm).output_files),
+      missing_ok=True)
+  return tuple(f'{name}:\n{text}' for name, text in texts.items())
 
 
 def _digest(weights) -> str:

@@ -16,7 +16,8 @@ driver calls the global model); with neither setting every client trains
 `--model`. A recipe reads them through `architectures` and
 `client_assignment`, and checks them with `check_settings` (its settings'
 `__post_init__`), `check_client_models` (`check_config`) and
-`check_client_files`.
+`check_client_files`; `SeveralArchitectures` gives a recipe the last, its
+model variants and each client's architecture.
 """
 
 import collections
@@ -245,3 +246,25 @@ def model_variants(config: config_lib.RunConfig) -> dict[str, str]:
   """For `Recipe.model_variants`: each architecture, as a variant of its
   own name."""
   return {name: name for name in architectures(config)}
+
+
+class SeveralArchitectures:
+  """A recipe whose clients train several architectures (mix in before
+  `recipe.Recipe`): `--client_models_file` checked against the clients, a
+  model variant per architecture, and once built `architectures` and
+  `client_architectures` (client id -> its architecture)."""
+
+  def __init__(self, context: Any):
+    super().__init__(context)
+    self.architectures = architectures(self.config)
+    self.client_architectures = client_assignment(self.config,
+                                                  context.client_ids)
+
+  @classmethod
+  def check_client_files(cls, config: config_lib.RunConfig,
+                         client_ids: Sequence[str]) -> None:
+    check_client_files(config, client_ids)
+
+  @classmethod
+  def model_variants(cls, config: config_lib.RunConfig) -> dict[str, str]:
+    return model_variants(config)

@@ -129,7 +129,7 @@ class _Process:
     return self.feddf.set_model_weights(state, {self._main: weights})
 
 
-class FedDF(recipe.Recipe):
+class FedDF(client_architectures.SeveralArchitectures, recipe.Recipe):
   """FedDF: FedAvg per architecture, then the server's distillation."""
 
   name = 'feddf'
@@ -162,21 +162,8 @@ class FedDF(recipe.Recipe):
     client_architectures.check_client_models(config)
     return config
 
-  @classmethod
-  def check_client_files(cls, config, client_ids):
-    client_architectures.check_client_files(config, client_ids)
-
-  @classmethod
-  def model_variants(cls, config):
-    """Each architecture, as a variant of its own name."""
-    return client_architectures.model_variants(config)
-
   def __init__(self, context):
     super().__init__(context)
-    config = self.config
-    self.architectures = client_architectures.architectures(config)
-    self.client_architectures = client_architectures.client_assignment(
-        config, context.client_ids)
     self._log = context.round_log(DISTILLATION_LOG, DISTILLATION_LOG_FIELDS)
 
   def build_process(self):
