@@ -222,17 +222,18 @@ class FedMD(client_architectures.SeveralArchitectures, recipe.Recipe):
   def build_process(self):
     settings = self.settings
     specs = self.context.experiment.model_specs
+    public_x, public_y = self.context.public_arrays()
     self._fedmd = fedmd_lib.build_fedmd(
         {name: specs[name].model_fn for name in self.architectures},
         self.client_optimizer(),
-        public_x=self.context.public_arrays()[0],
+        public_x=public_x,
         alignment_examples=settings.fedmd_alignment_examples,
         digest_optimizer=tff.learning.optimizers.build_adam(
             learning_rate=settings.fedmd_digest_learning_rate),
         digest_epochs=settings.fedmd_digest_epochs,
         digest_batch_size=settings.fedmd_digest_batch_size,
         seed=self.config.seed,
-        public_y=self.context.public_arrays()[1],
+        public_y=public_y,
         pretrain_epochs=settings.fedmd_pretrain_epochs,
         pretrain_batch_size=self.config.batch_size)
     return _Process(self._fedmd,
