@@ -136,6 +136,12 @@ flags.DEFINE_integer('public_examples', 0,
                      'Size of a public set of examples no client holds,'
                      ' which distillation algorithms share (0: none).',
                      module_name=_DATA)
+flags.DEFINE_float('rotated_client_fraction',
+                   _DEFAULTS.rotated_client_fraction,
+                   'Share of the clients (a seeded choice) whose images are'
+                   ' rotated 180 degrees in all their splits: a concept'
+                   ' shift, e.g. for --algorithm=cfl (0: none).',
+                   module_name=_DATA)
 flags.DEFINE_integer('rounds', _DEFAULTS.rounds, 'Federated rounds.',
                      module_name=_TRAINING)
 flags.DEFINE_integer('local_epochs', _DEFAULTS.local_epochs,

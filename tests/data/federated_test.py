@@ -265,6 +265,55 @@ class PublicSetTest(absltest.TestCase):
       _build(public_examples=-1)
 
 
+class RotationTest(absltest.TestCase):
+
+  def test_chosen_clients_see_every_image_turned_and_nothing_else_changes(
+      self):
+    sets = dict(num_clients=8, examples_per_client=100,
+                server_held_out_examples=100, public_examples=100)
+    upright = _build(**sets)
+    data = _build(**sets, rotated_client_fraction=0.5)
+    self.assertLen(data.rotated_clients, 4)
+    self.assertEqual(data.rotated_clients, _build(
+        num_clients=8, rotated_client_fraction=0.5).rotated_clients)
+    self.assertNotEqual(data.rotated_clients, _build(
+        num_clients=8, seed=1, rotated_client_fraction=0.5).rotated_clients)
+    for client_id in data.client_ids:
+      for split in federated.SPLITS:
+        np.testing.assert_array_equal(data.indices(client_id, split),
+                                      upright.indices(client_id, split))
+        x, y = data.arrays(client_id, split)
+        x_upright, y_upright = upright.arrays(client_id, split)
+        np.testing.assert_array_equal(y, y_upright)
+        if client_id in data.rotated_clients:
+          np.testing.assert_array_equal(x, x_upright[:, ::-1, ::-1])
+          self.assertFalse(np.array_equal(x, x_upright))
+        else:
+          np.testing.assert_array_equal(x, x_upright)
+    np.testing.assert_array_equal(data.public_arrays()[0],
+                                  upright.public_arrays()[0])
+    np.testing.assert_array_equal(data.server_arrays('test')[0],
+                                  upright.server_arrays('test')[0])
+    self.assertEqual(data.partition_params['rotated_client_fraction'], 0.5)
+    self.assertIn(f'{data.rotated_clients[0]} ', data.summary())
+    self.assertEqual(data.summary().count('rotated 180 degrees'), 4)
+    # One client at least, whatever the share.
+    self.assertLen(_build(num_clients=8,
+                          rotated_client_fraction=0.01).rotated_clients, 1)
+    self.assertEqual(upright.rotated_clients, ())
+
+  def test_bad_share_and_text_inputs_are_refused(self):
+    for fraction in (-0.1, 1.0, float('nan')):
+      with self.assertRaisesRegex(ValueError, r'in \[0, 1\)'):
+        _build(rotated_client_fraction=fraction)
+    tokens = source_lib.Source(np.zeros([40, 5], np.int32),
+                               np.arange(40) % 2, 2, np.zeros(40, bool))
+    with self.assertRaisesRegex(ValueError, 'rotates images.*use 0'):
+      federated.build_federated_data(tokens, partition='homogeneous',
+                                     num_clients=2, seed=0,
+                                     rotated_client_fraction=0.5)
+
+
 class NaturalTest(absltest.TestCase):
 
   def test_natural_keeps_source_test_split(self):

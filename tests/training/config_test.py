@@ -71,6 +71,8 @@ class RunConfigTest(parameterized.TestCase):
        'Unknown allocation_solver'),
       ('server_held_out', dict(server_held_out_examples=-5),
        'server_held_out_examples must be >= 0'),
+      ('rotated_all', dict(rotated_client_fraction=1.0),
+       r'rotated_client_fraction must be in \[0, 1\), got 1.0'),
       ('label_skew_rule', dict(label_skew_rule='shards'),
        'Unknown label_skew_rule .*niid_bench, cyclic'),
       ('quantity_large_clients', dict(quantity_large_clients='last'),

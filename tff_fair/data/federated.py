@@ -26,6 +26,10 @@
    the class shares of the whole source. They estimate accuracies on the federation's overall
    distribution with far less noise than the clients' small splits (Aequa's
    width-accuracy curve and rewards); no client ever trains on them.
+5. Rotation (optional, `rotated_client_fraction=f`). A seeded choice of
+   round(f * clients) clients see every image of theirs (all three splits)
+   turned 180 degrees: a concept shift with unchanged labels, the case
+   clustered FL separates. The choice has its own random stream.
 
 Everything is deterministic given `seed`. Each client's split uses its own
 random stream spawned from the seed, so one client's split does not depend on
@@ -35,7 +39,7 @@ the sizes of the others.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 import dataclasses
 import types
 from typing import Any
@@ -95,6 +99,9 @@ class FederatedData:
     public: Sorted positions of the public set (examples no client holds,
       apart from the server's held-out sets) that distillation methods
       share; empty when the data was built without one.
+    rotated_clients: The clients whose images (every split of theirs) are
+      rotated 180 degrees, a concept shift: the same labels, different
+      inputs (clustered FL's test case); empty by default.
   """
 
   source: source_lib.Source
@@ -107,6 +114,7 @@ class FederatedData:
       default_factory=dict)
   public: np.ndarray = dataclasses.field(
       default_factory=lambda: np.zeros([0], np.int64))
+  rotated_clients: tuple[str, ...] = ()
 
   def __post_init__(self):
     if set(self.splits) != set(self.client_ids) or len(
@@ -431,6 +439,7 @@ def build_federated_data(
     examples_per_client: int | None = None,
     server_held_out_examples: int = 0,
     public_examples: int = 0,
+    rotated_client_fraction: float = 0.0,
     **partition_params: Any,
 ) -> FederatedData:
   """Partitions a Source into clients and splits each client's own data.
@@ -452,6 +461,10 @@ def build_federated_data(
       client nor the server's held-out sets hold, with the class shares of
       the source, drawn from their own random stream (so every other split
       is the same with or without it).
+    rotated_client_fraction: Share of the clients (a seeded choice of
+      round(share * clients), at least one when > 0) whose images, in
+      every split of theirs, are rotated 180 degrees; in [0, 1). Needs an
+      image source. The server's held-out and public sets stay upright.
     **partition_params: The partition's parameters (alpha, kappa, m, ...).
 
   Returns:
@@ -463,6 +476,7 @@ def build_federated_data(
       training data, or too few unheld examples for the server's sets.
   """
   _check_fractions(validation_fraction, test_fraction)
+  _check_rotation(source, rotated_client_fraction)
   for name, value in (('server_held_out_examples', server_held_out_examples),
                       ('public_examples', public_examples)):
     if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
@@ -546,8 +560,9 @@ def build_federated_data(
     public = _public_set(source.num_examples, splits.values(),
                          server_splits.values(), labels, public_examples,
                          seed)
+  rotated = _rotated_clients(client_ids, rotated_client_fraction, seed)
   return FederatedData(
-      source=source,
+      source=_rotate(source, [splits[c] for c in rotated]),
       client_ids=client_ids,
       splits=splits,
       partition=partition,
@@ -561,11 +576,52 @@ def build_federated_data(
              if server_held_out_examples else {}),
           **({'public_examples': public_examples}
              if public_examples else {}),
+          **({'rotated_client_fraction': rotated_client_fraction}
+             if rotated_client_fraction else {}),
       ),
       seed=seed,
       server_splits=server_splits,
       public=public,
+      rotated_clients=rotated,
   )
+
+
+def _check_rotation(source: source_lib.Source, fraction: float) -> None:
+  if not (isinstance(fraction, (int, float, np.floating))
+          and 0.0 <= fraction < 1.0):
+    raise ValueError(
+        f'rotated_client_fraction must be a number in [0, 1), got'
+        f' {fraction!r}.')
+  if fraction and (source.x.ndim < 3
+                   or not np.issubdtype(source.x.dtype, np.floating)):
+    raise ValueError(
+        f'rotated_client_fraction={fraction} rotates images, but'
+        f' {source.name!r} holds {source.x.dtype} inputs of shape'
+        f' {source.x.shape[1:]}; use 0 with this data set.')
+
+
+def _rotated_clients(client_ids: Sequence[str], fraction: float,
+                     seed: int) -> tuple[str, ...]:
+  """A seeded choice of round(fraction * clients) (at least one), in
+  client order; its own random stream, so the splits do not depend on it."""
+  if not fraction:
+    return ()
+  count = max(1, int(round(fraction * len(client_ids))))
+  rng = np.random.default_rng([seed, 0x207A7E])
+  chosen = np.sort(rng.choice(len(client_ids), size=count, replace=False))
+  return tuple(client_ids[i] for i in chosen)
+
+
+def _rotate(source: source_lib.Source,
+            clients: Sequence[ClientSplits]) -> source_lib.Source:
+  """`source` with the rows of `clients` (all their splits) turned 180
+  degrees in the image plane; the source itself when there are none."""
+  if not clients:
+    return source
+  rows = np.concatenate([c.get(split) for c in clients for split in SPLITS])
+  x = np.array(source.x)
+  x[rows] = np.rot90(x[rows], 2, axes=(1, 2))
+  return dataclasses.replace(source, x=x)
 
 
 def _unheld(num_examples: int, client_splits: Iterable[ClientSplits],
@@ -677,6 +733,8 @@ def format_summary(data: FederatedData) -> str:
     if data.source.has_class_labels:
       train_labels = data.source.y[data.indices(client_id, 'train')]
       row += '  ' + _histogram(train_labels, data.source.num_classes)
+    if client_id in data.rotated_clients:
+      row += '  (images rotated 180 degrees)'
     lines.append(row)
   lines.append(
       f'{"total":<{width}}  {totals[0]:>6}  {totals[1]:>6}  {totals[2]:>6}'

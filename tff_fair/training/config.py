@@ -200,6 +200,9 @@ class RunConfig:
     public_examples: Size of a public set of examples no client holds (nor
       the server's held-out sets), for the algorithms that share one
       (distillation: their recipes read it); 0: none.
+    rotated_client_fraction: Share of the clients (a seeded choice) whose
+      images are rotated 180 degrees in all their splits: a concept shift
+      for clustered FL; 0: none. Image data sets only.
     eval_every: Evaluate every client's test split every this many rounds
       (0: only after the last round).
     common_test_evaluation: After the last round, also measure every
@@ -263,6 +266,7 @@ class RunConfig:
   test_fraction: float = 0.2
   server_held_out_examples: int = 0
   public_examples: int = 0
+  rotated_client_fraction: float = 0.0
   eval_every: int = 1
   common_test_evaluation: bool = False
   data_dir: str = ''
@@ -301,6 +305,10 @@ class RunConfig:
                  'server_held_out_examples', 'public_examples'):
       if getattr(self, name) < 0:
         raise ConfigError(f'{name} must be >= 0, got {getattr(self, name)}.')
+    if not 0.0 <= self.rotated_client_fraction < 1.0:
+      raise ConfigError(
+          'rotated_client_fraction must be in [0, 1), got'
+          f' {self.rotated_client_fraction}.')
     if self.seed > MAX_SEED:
       raise ConfigError(
           f'seed must be in [0, {MAX_SEED}], got {self.seed}; pick a smaller'

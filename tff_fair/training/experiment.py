@@ -355,6 +355,7 @@ def build_experiment(
         examples_per_client=config.examples_per_client or None,
         server_held_out_examples=config.server_held_out_examples,
         public_examples=config.public_examples,
+        rotated_client_fraction=config.rotated_client_fraction,
         **config.partition_params(),
     )
   except ValueError as e:  # PartitionError and the split checks.

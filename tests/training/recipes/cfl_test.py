@@ -1,36 +1,16 @@
 """Clustered FL in the driver: a rotated group split off, exact resume."""
 
-import dataclasses
 import json
 import os
-from unittest import mock
 
 import numpy as np
 import tensorflow as tf
 
 from tests import tff_test_utils
 from tests.training.recipes import recipe_test_utils
-from tff_fair import data as data_lib
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
 from tff_fair.training.recipes import cfl
-
-# Clients 1, 2, 5 and 6 of 8 see their digits upside down.
-_ROTATED = ('client_0001', 'client_0002', 'client_0005', 'client_0006')
-_BUILD = data_lib.build_federated_data
-
-
-def _with_rotated_clients(*args, **kwargs):
-  """The digits partition, the `_ROTATED` clients' images rotated 180°."""
-  data = _BUILD(*args, **kwargs)
-  x = np.array(data.source.x)
-  for cid in _ROTATED:
-    for split in ('train', 'validation', 'test'):
-      rows = data.indices(cid, split)
-      x[rows] = np.rot90(x[rows], 2, axes=(1, 2))
-  return dataclasses.replace(
-      data, source=dataclasses.replace(data.source, x=x))
-
 
 def _config(output_dir, **overrides):
   # Split whenever allowed after round 1: the norms of a round of digits
@@ -72,11 +52,11 @@ class CflSettingsTest(tf.test.TestCase):
 class CflRunTest(tff_test_utils.TffTestCase):
 
   def _run(self, output_dir, kill_in_round=None):
-    """A run; the state its final evaluations saw."""
+    """A run where half the clients see their digits upside down; the
+    state its final evaluations saw."""
     return recipe_test_utils.run_keeping_state(
-        cfl.Cfl, _config(output_dir), kill_in_round,
-        patches=(mock.patch.object(data_lib, 'build_federated_data',
-                                   _with_rotated_clients),))
+        cfl.Cfl, _config(output_dir, rotated_client_fraction=0.5),
+        kill_in_round)
 
   def test_a_federation_without_groups_does_not_split(self):
     # The same norms criterion (always met after round 1), no rotated
@@ -96,6 +76,10 @@ class CflRunTest(tff_test_utils.TffTestCase):
   def test_rotated_group_splits_off_and_a_killed_run_resumes_exactly(self):
     straight_dir = self.create_tempdir().full_path
     straight, state = self._run(straight_dir)
+    rotated = set(driver.build_experiment(
+        _config(straight_dir, rotated_client_fraction=0.5)
+    ).data.rotated_clients)
+    self.assertLen(rotated, 4)
     history = straight.history
     self.assertEqual([h['clusters'] for h in history], [1, 2, 2])
     self.assertEqual([h['cluster_splits'] for h in history], [0, 1, 0])
@@ -106,8 +90,7 @@ class CflRunTest(tff_test_utils.TffTestCase):
     clusters = [set(node['clients']) for node in tree if node['cluster']]
     # Purity 1.0: each cluster is all rotated or all upright.
     self.assertCountEqual(
-        clusters, [set(_ROTATED),
-                   {f'client_{i:04d}' for i in range(8)} - set(_ROTATED)])
+        clusters, [rotated, {f'client_{i:04d}' for i in range(8)} - rotated])
     self.assertEqual([node['split_round'] for node in tree], [0, 2, 2])
     # Each cluster's model is its own, and better on its clients than the
     # root model (kept as it was at the split) is.

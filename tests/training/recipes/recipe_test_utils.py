@@ -2,7 +2,6 @@
 killed midway."""
 
 from collections.abc import Sequence
-import contextlib
 import csv
 import os
 from typing import Any, Optional
@@ -30,8 +29,8 @@ def assert_same_state(test: Any, state: Any, other: Any) -> None:
 
 
 def run_keeping_state(recipe_type: type[Any], config: config_lib.RunConfig,
-                      kill_in_round: Optional[int] = None,
-                      patches=()) -> tuple[Any, Any]:
+                      kill_in_round: Optional[int] = None
+                      ) -> tuple[Any, Any]:
   """Runs `config`; returns its result and the server state (numpy) its
   final evaluations saw.
 
@@ -40,8 +39,6 @@ def run_keeping_state(recipe_type: type[Any], config: config_lib.RunConfig,
     config: The run.
     kill_in_round: Raise `Killed` in this round after the recipe's
       `after_round` (its logs written), before the round's checkpoint.
-    patches: Further context managers (e.g. `mock.patch.object`) held
-      around the run.
   """
   states = []
   final_evaluations = recipe_type.final_evaluations
@@ -57,12 +54,8 @@ def run_keeping_state(recipe_type: type[Any], config: config_lib.RunConfig,
       raise Killed()
     return released
 
-  with contextlib.ExitStack() as stack:
-    for patch in (
-        *patches,
-        mock.patch.object(recipe_type, 'final_evaluations', keep_state),
-        mock.patch.object(recipe_type, 'after_round', killed_after_writing)):
-      stack.enter_context(patch)
+  with mock.patch.object(recipe_type, 'final_evaluations', keep_state), \
+      mock.patch.object(recipe_type, 'after_round', killed_after_writing):
     result = driver.run(config)
   return result, states[-1]
 
