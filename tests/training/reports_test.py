@@ -1,5 +1,6 @@
 """What a run reports: phase seconds, and summaries of every client group."""
 
+import csv
 import json
 import os
 import time
@@ -59,6 +60,25 @@ class WriteFinalTest(absltest.TestCase):
     self.assertEqual(summary['personalized:benign']['accuracy']['count'], 1)
     self.assertAlmostEqual(
         summary['global:malicious']['accuracy']['mean'], 0.7)
+    with open(os.path.join(out, 'clients_final.csv')) as f:
+      self.assertEqual(f.readline().split(',')[:3],
+                       ['model', 'client', 'malicious'])
+
+  def test_rotated_clients_get_a_column_and_groups(self):
+    out = self.create_tempdir().full_path
+    evaluations = {'global': {'a': _metrics(0.5), 'b': _metrics(0.7),
+                              'c': _metrics(0.8)}}
+    reports.write_final(out, evaluations, rotated=['a', 'c'])
+    with open(os.path.join(out, 'summary.json')) as f:
+      summary = json.load(f)
+    self.assertEqual(sorted(summary),
+                     ['global', 'global:rotated', 'global:upright'])
+    self.assertAlmostEqual(summary['global:rotated']['accuracy']['mean'],
+                           0.65)
+    with open(os.path.join(out, 'clients_final.csv')) as f:
+      rows = list(csv.DictReader(f))
+    self.assertEqual([r['rotated'] for r in rows], ['1', '0', '1'])
+    self.assertEqual([r['malicious'] for r in rows], ['0', '0', '0'])
 
 
 if __name__ == '__main__':

@@ -156,7 +156,8 @@ class Trainer:
     evaluations = self.recipe.final_evaluations(
         state, self.process.get_model_weights(state))
     reports.write_final(config.output_dir, evaluations, self.malicious,
-                        privacy=reports.privacy(config, self.rounds_trained()))
+                        privacy=reports.privacy(config, self.rounds_trained()),
+                        rotated=self.experiment.data.rotated_clients)
     return RunResult(
         rounds_completed=self.rounds_trained(),
         resumed_from_round=start_round,

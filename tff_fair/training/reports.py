@@ -120,13 +120,23 @@ def write_final(
     evaluations: Mapping[str, Mapping[str, ClientMetrics]],
     malicious: Sequence[str] = (),
     privacy: Optional[Mapping[str, float]] = None,
+    rotated: Sequence[str] = (),
 ) -> None:
   """clients_final.csv and summary.json; logs a table per model kind.
 
-  `privacy` (`privacy`'s release) goes to summary.json under 'privacy'.
+  A client's row says whether it is malicious, and, in a run that rotates
+  some clients' images (`--rotated_client_fraction`), whether it is
+  rotated; summary.json adds each model kind's statistics over each side
+  of those groups (`<kind>:benign` / `<kind>:malicious`, `<kind>:upright`
+  / `<kind>:rotated`). `privacy` (`privacy`'s release) goes to
+  summary.json under 'privacy'.
   """
   malicious = frozenset(malicious)
-  fields = ['model', 'client', 'malicious', 'num_examples', 'loss',
+  # Column -> (its members, the summary groups without and with them).
+  groupings = {'malicious': (malicious, 'benign', 'malicious')}
+  if rotated:
+    groupings['rotated'] = (frozenset(rotated), 'upright', 'rotated')
+  fields = ['model', 'client', *groupings, 'num_examples', 'loss',
             'accuracy', 'balanced_accuracy']
 
   def write_csv(f):
@@ -135,7 +145,8 @@ def write_final(
     for kind, metrics in evaluations.items():
       for cid, m in metrics.items():
         writer.writerow({'model': kind, 'client': cid,
-                         'malicious': int(cid in malicious),
+                         **{column: int(cid in members) for column,
+                            (members, _, _) in groupings.items()},
                          **dataclasses.asdict(m)})
 
   files.write_atomically(os.path.join(output_dir, 'clients_final.csv'),
@@ -143,11 +154,12 @@ def write_final(
   summary = {}
   for kind, metrics in evaluations.items():
     groups = {kind: metrics}
-    if malicious:
-      groups[f'{kind}:benign'] = {
-          c: m for c, m in metrics.items() if c not in malicious}
-      groups[f'{kind}:malicious'] = {
-          c: m for c, m in metrics.items() if c in malicious}
+    for members, outside, inside in groupings.values():
+      if members:
+        groups[f'{kind}:{outside}'] = {
+            c: m for c, m in metrics.items() if c not in members}
+        groups[f'{kind}:{inside}'] = {
+            c: m for c, m in metrics.items() if c in members}
     for name, group in groups.items():
       if not group:  # E.g. no attacker ever trained a personal model.
         continue

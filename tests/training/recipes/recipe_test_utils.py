@@ -96,7 +96,7 @@ def standalone_evaluations(test: tf.test.TestCase, model: str,
 
 
 def read_round_log(output_dir: str, file_name: str) -> list[dict[str, str]]:
-  """The rows of a recipe's per-round CSV."""
+  """The rows of a CSV the run wrote."""
   with open(os.path.join(output_dir, file_name)) as f:
     return list(csv.DictReader(f))
 
