@@ -46,6 +46,7 @@ from absl import logging
 import numpy as np
 
 from benchmarks import report
+from benchmarks import run_files
 from tff_fair.evaluation import statistics
 from tff_fair.runtime import local as local_runtime
 from tff_fair.training import driver
@@ -130,20 +131,6 @@ def _femnist_config(method: str):
       **settings)
 
 
-def _seconds_per_round(output_dir: str) -> Optional[float]:
-  """The median training time of a round after round 1 (which pays for
-  tracing), from metrics.csv, so a run finished earlier still has it.
-  Training only: evaluation and checkpoints cost what the run's
-  evaluation settings make them, not what the method does."""
-  path = os.path.join(output_dir, 'metrics.csv')
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    seconds = [float(r['seconds_train']) for r in csv.DictReader(f)
-               if int(r['round']) > 1]
-  return float(np.median(seconds)) if seconds else None
-
-
 def _fallback_clients(output_dir: str) -> Optional[int]:
   """How many clients chose the global model (personalization.csv)."""
   path = os.path.join(output_dir, 'personalization.csv')
@@ -153,19 +140,11 @@ def _fallback_clients(output_dir: str) -> Optional[int]:
     return sum(row['uses'] == 'global' for row in csv.DictReader(f))
 
 
-def _finished(output_dir: str) -> bool:
-  """Whether the run in `output_dir` has trained all `--rounds`."""
-  path = os.path.join(output_dir, 'metrics.csv')
-  if not os.path.exists(path):
-    return False
-  with open(path) as f:
-    return any(int(r['round']) == _ROUNDS.value for r in csv.DictReader(f))
-
-
 def _run(config, kind: str) -> Optional[dict[str, Any]]:
   """One run's figures (trains, resumes or only re-evaluates it); None for
   a run left out by `--finished_only`."""
-  if _FINISHED_ONLY.value and not _finished(config.output_dir):
+  if _FINISHED_ONLY.value and not run_files.finished(config.output_dir,
+                                                      _ROUNDS.value):
     logging.info('Left out, not finished: %s', config.output_dir)
     return None
   result = driver.run(config)
@@ -180,7 +159,7 @@ def _run(config, kind: str) -> Optional[dict[str, Any]]:
               validated_mean=chosen.mean,
               validated_worst_10_mean=chosen.worst_10_mean,
               fallback_clients=_fallback_clients(config.output_dir),
-              seconds_per_round=_seconds_per_round(config.output_dir))
+              seconds_per_round=run_files.seconds_per_round(config.output_dir))
 
 
 def _summary_row(setting: str, method: str, by_seed: dict[int, dict[str, Any]],
@@ -235,10 +214,7 @@ def main(argv):
 
   def release():
     """Prints the table so far and writes the results file."""
-    for row in rows:
-      print('  '.join(f'{c.key}=' + (
-          format(row[c.key], c.format) if row[c.key] is not None
-          and c.format else str(row[c.key])) for c in _COLUMNS), flush=True)
+    report.print_rows(_COLUMNS, rows)
     results.table('methods', 'Mean over seeds; accuracy of the model each'
                   ' client gets', _COLUMNS, rows)
     results.save(_RESULTS_FILE.value)

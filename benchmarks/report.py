@@ -92,6 +92,17 @@ def _plain(value: Any) -> Any:
   return value
 
 
+def print_rows(columns: Sequence[Column],
+               rows: Sequence[Mapping[str, Any]]) -> None:
+  """Prints each row as `key=value` pairs, formatted as its column says."""
+  for row in rows:
+    print('  '.join(
+        f'{c.key}=' + (format(row[c.key], c.format)
+                       if row.get(c.key) is not None and c.format
+                       else str(row.get(c.key))) for c in columns),
+          flush=True)
+
+
 class Results:
   """Collects a benchmark's tables; writes them with how they were made.
 

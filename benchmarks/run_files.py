@@ -1,0 +1,39 @@
+"""What a benchmark reads back from a finished run's files.
+
+Plain Python, no TensorFlow: a benchmark tabulates runs finished earlier
+(`--finished_only`) from their files, not from the process that trained
+them.
+"""
+
+import csv
+import os
+from typing import Optional
+
+import numpy as np
+
+
+def _rounds(output_dir: str) -> list[dict[str, str]]:
+  path = os.path.join(output_dir, 'metrics.csv')
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return list(csv.DictReader(f))
+
+
+def finished(output_dir: str, rounds: int) -> bool:
+  """Whether the run in `output_dir` has trained round `rounds`; for a run
+  without federated rounds (standalone), whether it wrote its results."""
+  logged = _rounds(output_dir)
+  if not logged:
+    return os.path.exists(os.path.join(output_dir, 'summary.json'))
+  return any(int(r['round']) == rounds for r in logged)
+
+
+def seconds_per_round(output_dir: str) -> Optional[float]:
+  """The median training time of a round after round 1 (which pays for
+  tracing), from metrics.csv. Training only: evaluation and checkpoints
+  cost what the run's evaluation settings make them, not what the method
+  does. None before round 2."""
+  seconds = [float(r['seconds_train']) for r in _rounds(output_dir)
+             if int(r['round']) > 1]
+  return float(np.median(seconds)) if seconds else None
