@@ -59,6 +59,7 @@ from tff_fair.training import driver
 from tff_fair.training import log_filter
 from tff_fair.training.recipes import cfl
 from tff_fair.training.recipes import client_architectures
+from tff_fair.training.recipes import feddf
 from tff_fair.training.recipes import registry
 
 PARTS = ('clustering', 'distillation')
@@ -74,6 +75,11 @@ _TWO = {'client_models': ','.join(f'{a}:0.5' for a in ARCHITECTURES)}
 _SETS = {'public_examples': 2000, 'server_held_out_examples': 500}
 DISTILLATION_METHODS = {
     'feddf': ('feddf', {**_TWO, **_SETS}, 'global'),
+    # The same runs without the server's distillation: FedAvg per
+    # architecture, the distillation's own gain is the difference.
+    'feddf_no_distillation': ('feddf', {**_TWO, **_SETS,
+                                        'feddf_distillation_steps': 0},
+                              'global'),
     'fedmd': ('fedmd', {**_TWO, 'public_examples': 2000}, 'personalized'),
     **{f'fedavg_{a}': ('fedavg', {'model': a}, 'global')
        for a in ARCHITECTURES},
@@ -113,6 +119,9 @@ _DISTILLATION_COLUMNS = (
     *_COMMON_COLUMNS,
     *(report.Column(f'{a}_mean', f'{a} clients', '.4f')
       for a in ARCHITECTURES),
+    report.Column('distillation_stopped_early', 'distillations stopped'
+                  ' early', '.2f'),
+    report.Column('best_step', 'mean best step', '.0f'),
     report.Column('seconds_per_round', 's/round', '.2f'))
 
 
@@ -164,6 +173,21 @@ def _purity(output_dir: str, rotated: set[str]) -> tuple[int, float]:
   placed = sum(len(c) for c in clusters)
   agreeing = sum(max(len(c & rotated), len(c - rotated)) for c in clusters)
   return len(clusters), agreeing / placed
+
+
+def _distillation_steps(config) -> dict[str, Optional[float]]:
+  """FedDF's distillations (feddf_distillation.csv): the share that
+  stopped before --feddf_distillation_steps (patience ran out: a larger
+  budget would not have changed them) and the mean step kept."""
+  budget = config.settings.feddf_distillation_steps
+  with open(os.path.join(config.output_dir, feddf.DISTILLATION_LOG)) as f:
+    rows = list(csv.DictReader(f))
+  if not rows or not budget:
+    return dict(distillation_stopped_early=None, best_step=None)
+  return dict(
+      distillation_stopped_early=float(np.mean(
+          [int(r['steps']) < budget for r in rows])),
+      best_step=float(np.mean([int(r['best_step']) for r in rows])))
 
 
 def _mean_row(runs: list[dict[str, Any]], **labels) -> dict[str, Any]:
@@ -219,8 +243,9 @@ def _distillation_rows(seeds: list[int]) -> list[dict[str, Any]]:
           partition='dirichlet', alpha=0.5, **settings)
       result = _run(config)
       if result is not None:
-        results[method] = (_accuracies(result, kind),
-                           run_files.seconds_per_round(config.output_dir))
+        results[method] = (_accuracies(result, kind), dict(
+            seconds_per_round=run_files.seconds_per_round(config.output_dir),
+            **(_distillation_steps(config) if algorithm == 'feddf' else {})))
     two = _config('feddf', os.path.join(_OUTPUT_DIR.value, 'unused'), seed,
                   partition='dirichlet', alpha=0.5, **_TWO, **_SETS)
     assignment = client_architectures.client_assignment(
@@ -231,13 +256,15 @@ def _distillation_rows(seeds: list[int]) -> list[dict[str, Any]]:
     if all(alone):
       # Each client with the model of its own architecture, trained alone.
       results['standalone'] = ({c: alone[ARCHITECTURES.index(a)][0][c]
-                                for c, a in assignment.items()}, None)
-    for method, (accuracies, seconds) in results.items():
+                                for c, a in assignment.items()}, {})
+    for method, (accuracies, figures) in results.items():
       stats = statistics.summarize(list(accuracies.values()))
       per_method.setdefault(method, []).append(dict(
           seed=seed, mean=stats.mean, worst_10_mean=stats.worst_10_mean,
           **_group_means(accuracies, groups),
-          seconds_per_round=seconds))
+          **{key: figures.get(key) for key in (
+              'distillation_stopped_early', 'best_step',
+              'seconds_per_round')}))
   return [_mean_row(runs, method=method)
           for method, runs in per_method.items() if runs]
 
