@@ -96,9 +96,6 @@ _PARTS = flags.DEFINE_list('parts', list(PARTS), 'Parts to run.')
 _SEEDS = flags.DEFINE_list('seeds', ['0'], 'Seeds of the runs.')
 _ROUNDS = flags.DEFINE_integer('rounds', 50, 'Federated rounds.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'See docs/data.md.')
-_FINISHED_ONLY = flags.DEFINE_bool(
-    'finished_only', False, 'Train nothing: tabulate the runs that have'
-    ' finished all --rounds, leave out (and name) the others.')
 _RESULTS_FILE = flags.DEFINE_string(
     'results_file', '', 'Write the results as JSON here (schema:'
     ' benchmarks/report.py), after every part.')
@@ -139,9 +136,7 @@ def _config(algorithm: str, output_dir: str, seed: int, **settings):
 def _run(config) -> Optional[driver.RunResult]:
   """Trains, resumes or only re-evaluates `config`; None for a run left
   out by `--finished_only`."""
-  if _FINISHED_ONLY.value and not run_files.finished(config.output_dir,
-                                                      _ROUNDS.value):
-    logging.info('Left out, not finished: %s', config.output_dir)
+  if run_files.left_out(config.output_dir, _ROUNDS.value):
     return None
   return driver.run(config)
 
@@ -278,7 +273,7 @@ def main(argv):
   log_filter.keep_info_logs_of_tff_fair_only()
   results = report.Results('cfl_distillation_fmnist', {
       f.name: f.value for f in (_OUTPUT_DIR, _PARTS, _SEEDS, _ROUNDS,
-                                _DATA_DIR, _FINISHED_ONLY)})
+                                _DATA_DIR, run_files.FINISHED_ONLY)})
   seeds = [int(s) for s in _SEEDS.value]
   with local_runtime.local_context():
     if 'clustering' in _PARTS.value:

@@ -85,9 +85,6 @@ _FEMNIST_WRITERS = flags.DEFINE_integer(
     'femnist_writers', 40, 'FEMNIST writers (clients) of the natural'
     ' partition; 0 leaves FEMNIST out.')
 _DATA_DIR = flags.DEFINE_string('data_dir', '', 'See docs/data.md.')
-_FINISHED_ONLY = flags.DEFINE_bool(
-    'finished_only', False, 'Train nothing: tabulate the runs that have'
-    ' finished all --rounds, leave out (and name) the others.')
 _RESULTS_FILE = flags.DEFINE_string(
     'results_file', '', 'Write the results as JSON here (schema:'
     ' benchmarks/report.py), after every run.')
@@ -143,9 +140,7 @@ def _fallback_clients(output_dir: str) -> Optional[int]:
 def _run(config, kind: str) -> Optional[dict[str, Any]]:
   """One run's figures (trains, resumes or only re-evaluates it); None for
   a run left out by `--finished_only`."""
-  if _FINISHED_ONLY.value and not run_files.finished(config.output_dir,
-                                                      _ROUNDS.value):
-    logging.info('Left out, not finished: %s', config.output_dir)
+  if run_files.left_out(config.output_dir, _ROUNDS.value):
     return None
   result = driver.run(config)
 
@@ -208,7 +203,7 @@ def main(argv):
   results = report.Results('personalization_fmnist', {
       f.name: f.value for f in (_OUTPUT_DIR, _SEEDS, _PARTITIONS, _METHODS,
                                 _ROUNDS, _FEMNIST_WRITERS, _DATA_DIR,
-                                _FINISHED_ONLY)})
+                                run_files.FINISHED_ONLY)})
   seeds = [int(s) for s in _SEEDS.value]
   rows = []
 

@@ -1,15 +1,21 @@
 """What a benchmark reads back from a finished run's files.
 
-Plain Python, no TensorFlow: a benchmark tabulates runs finished earlier
-(`--finished_only`) from their files, not from the process that trained
-them.
+Plain Python and absl, no TensorFlow: a benchmark tabulates runs finished
+earlier (`--finished_only`) from their files, not from the process that
+trained them.
 """
 
 import csv
 import os
 from typing import Optional
 
+from absl import flags
+from absl import logging
 import numpy as np
+
+FINISHED_ONLY = flags.DEFINE_bool(
+    'finished_only', False, 'Train nothing: tabulate the runs that have'
+    ' finished all --rounds, leave out (and name) the others.')
 
 
 def _rounds(output_dir: str) -> list[dict[str, str]]:
@@ -27,6 +33,15 @@ def finished(output_dir: str, rounds: int) -> bool:
   if not logged:
     return os.path.exists(os.path.join(output_dir, 'summary.json'))
   return any(int(r['round']) == rounds for r in logged)
+
+
+def left_out(output_dir: str, rounds: int) -> bool:
+  """Whether `--finished_only` leaves the run in `output_dir` out (it has
+  not finished `rounds`); says so in the log."""
+  if FINISHED_ONLY.value and not finished(output_dir, rounds):
+    logging.info('Left out, not finished: %s', output_dir)
+    return True
+  return False
 
 
 def seconds_per_round(output_dir: str) -> Optional[float]:

@@ -69,6 +69,18 @@ def _makefile_variable(name: str) -> str:
   return match.group(1).strip() if match else ''
 
 
+
+def _defined_flags(source: str) -> set[str]:
+  """The flags `source` defines, with those of the benchmarks modules it
+  imports (e.g. `run_files`' --finished_only)."""
+  with open(source) as f:
+    text = f.read()
+  defined = {a or b for a, b in _DEFINED.findall(text)}
+  for name in re.findall(r'^from benchmarks import (\w+)$', text, re.M):
+    with open(os.path.join(_ROOT, 'benchmarks', f'{name}.py')) as f:
+      defined |= {a or b for a, b in _DEFINED.findall(f.read())}
+  return defined
+
 class DocsTest(absltest.TestCase):
 
   def test_generated_parts_match_their_sources(self):
@@ -143,8 +155,7 @@ class DocsTest(absltest.TestCase):
       if module == 'programs.train':
         self._check_train(args)
       else:
-        with open(source) as f:
-          defined = {a or b for a, b in _DEFINED.findall(f.read())}
+        defined = _defined_flags(source)
         for name in _flag_names(args):
           self.assertTrue(
               name in defined or name in _ABSL_FLAGS
