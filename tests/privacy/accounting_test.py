@@ -101,6 +101,18 @@ class AccountingTest(parameterized.TestCase):
     self.assertEqual(accounting.epsilon(0.0, 5, 100, 10, 1e-3), math.inf)
     self.assertLess(accounting.default_delta(100), 1 / 100)
 
+  @parameterized.parameters((1.0, 50), (4.81, 50), (0.5, 10))
+  def test_update_noise_is_what_tff_puts_on_the_updates(
+      self, noise_multiplier, clients_per_round):
+    # Imported here: the rest of the accounting needs no TFF.
+    from tensorflow_federated.python.aggregators import differential_privacy  # pylint: disable=g-import-not-at-top
+    expected, _ = differential_privacy.adaptive_clip_noise_params(
+        noise_multiplier, clients_per_round)
+    got = accounting.update_noise_multiplier(noise_multiplier,
+                                             clients_per_round)
+    self.assertAlmostEqual(got, expected, delta=1e-9 * expected)
+    self.assertGreater(got, noise_multiplier)
+
 
 if __name__ == '__main__':
   absltest.main()

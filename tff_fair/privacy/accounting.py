@@ -45,6 +45,20 @@ def max_noise_multiplier(clients_per_round: int) -> float:
   return 2 * CLIPPED_COUNT_STDDEV_PER_CLIENT * clients_per_round
 
 
+def update_noise_multiplier(noise_multiplier: float,
+                            clients_per_round: int) -> float:
+  """The noise multiplier the DP aggregator puts on the clipped updates.
+
+  Adaptive clipping spends part of `noise_multiplier` on the clipped count,
+  so the updates get more noise than the nominal multiplier (the two
+  compose to it): (z^-2 - (2 sigma_count)^-2)^-1/2. Near the bound it grows
+  without limit, which is why a small epsilon with few clients a round
+  buys a model no better than chance.
+  """
+  count_stddev = CLIPPED_COUNT_STDDEV_PER_CLIENT * clients_per_round
+  return (noise_multiplier**-2 - (2 * count_stddev)**-2)**-0.5
+
+
 def default_delta(num_clients: int) -> float:
   """delta = 1 / num_clients^1.1: below 1 / num_clients, as it must be."""
   return 1.0 / num_clients**1.1
