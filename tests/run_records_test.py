@@ -1,0 +1,53 @@
+"""Benchmark run records: read back only for the settings they were made
+with, replaced when the settings change, off when no folder is given."""
+
+import os
+
+from absl.testing import absltest
+
+from benchmarks import run_records
+
+
+class RunRecordsTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.folder = self.create_tempdir().full_path
+    self.settings = dict(rounds=225, seed=0, target=8.0)
+
+  def test_a_saved_run_is_read_back_with_its_settings_only(self):
+    self.assertIsNone(run_records.load(self.folder, 'ditto/eps8',
+                                       self.settings))
+    run_records.save(self.folder, 'ditto/eps8', self.settings,
+                     dict(mean=0.81, note=None))
+    self.assertEqual(
+        run_records.load(self.folder, 'ditto/eps8', self.settings),
+        dict(mean=0.81, note=None))
+    self.assertIsNone(run_records.load(
+        self.folder, 'ditto/eps8', dict(self.settings, rounds=100)))
+    self.assertIsNone(run_records.load(self.folder, 'ditto/eps3',
+                                       self.settings))
+
+  def test_a_new_record_replaces_one_of_other_settings(self):
+    run_records.save(self.folder, 'run', dict(rounds=100), dict(mean=0.5))
+    run_records.save(self.folder, 'run', dict(rounds=225), dict(mean=0.8))
+    self.assertIsNone(run_records.load(self.folder, 'run', dict(rounds=100)))
+    self.assertEqual(run_records.load(self.folder, 'run', dict(rounds=225)),
+                     dict(mean=0.8))
+    self.assertEqual(os.listdir(self.folder), ['run.json'])
+
+  def test_tuples_compare_as_saved(self):
+    # JSON turns tuples into lists: settings given as tuples still match.
+    run_records.save(self.folder, 'run', dict(seeds=(0, 1)), dict(mean=1.0))
+    self.assertEqual(
+        run_records.load(self.folder, 'run', dict(seeds=(0, 1))),
+        dict(mean=1.0))
+
+  def test_no_folder_means_no_records(self):
+    run_records.save('', 'run', self.settings, dict(mean=0.5))
+    self.assertIsNone(run_records.load('', 'run', self.settings))
+    self.assertEqual(os.listdir(self.folder), [])
+
+
+if __name__ == '__main__':
+  absltest.main()
