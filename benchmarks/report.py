@@ -8,6 +8,7 @@ benchmark writes there what it printed, in one schema:
       "command": "python -m benchmarks.ditto_fmnist --output_dir=...",
       "settings": {"rounds": 50, ...},          # its flags' values
       "machine": {"cpu": "...", "cores": 2, "memory_gib": 23.4},
+      "record_machines": [...],  # other machines, of run records read back
       "load_average": {"mean": 1.9, "max": 2.3},  # 1-min, sampled every 5 s
       "wall_seconds": 3012.5,                   # of the whole benchmark
       "tables": {
@@ -44,6 +45,9 @@ from tff_fair import files
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                            'results')
 _LOAD_SAMPLE_SECONDS = 5.0
+# The machines of the run records (benchmarks/run_records.py) this process
+# read: a table built across sessions holds figures measured on them.
+_RECORD_MACHINES: list[dict[str, Any]] = []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +78,13 @@ def machine() -> dict[str, Any]:
   except (OSError, StopIteration):
     memory = None
   return {'cpu': cpu, 'cores': os.cpu_count(), 'memory_gib': memory}
+
+
+def note_record_machine(measured_on: Mapping[str, Any]) -> None:
+  """Notes the machine of a run record read back: the results file lists
+  it under 'record_machines' when it is not this one."""
+  if dict(measured_on) not in _RECORD_MACHINES:
+    _RECORD_MACHINES.append(dict(measured_on))
 
 
 def _load_average() -> Optional[float]:
@@ -154,6 +165,7 @@ class Results:
             ['python -m', f'benchmarks.{self._benchmark}', *sys.argv[1:]]),
         'settings': self._settings,
         'machine': machine(),
+        'record_machines': [m for m in _RECORD_MACHINES if m != machine()],
         'load_average': {
             'mean': round(sum(loads) / len(loads), 2) if loads else None,
             'max': round(max(loads), 2) if loads else None},

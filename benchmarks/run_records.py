@@ -6,7 +6,9 @@ leaves a record (its settings and figures) under a records directory that
 is committed with the results, and a later invocation reads a run's
 record instead of training it again. A record whose settings differ from
 the run asked for (another number of rounds, another seed) is not used:
-the run trains again and its new record replaces the old one.
+the run trains again and its new record replaces the old one. A record
+names the machine it was measured on; a results file lists the machines of
+the records it read (report.py's 'record_machines').
 
 Plain Python, no TensorFlow.
 """
@@ -18,6 +20,7 @@ from typing import Any, Mapping, Optional
 from absl import flags
 from absl import logging
 
+from benchmarks import report
 from tff_fair import files
 
 
@@ -49,6 +52,8 @@ def load(records_dir: str, name: str,
     logging.info('Record %s is of other settings (%s, not %s): runs again.',
                  path, record['settings'], dict(settings))
     return None
+  if 'machine' in record:
+    report.note_record_machine(record['machine'])
   return record['figures']
 
 
@@ -59,6 +64,7 @@ def save(records_dir: str, name: str, settings: Mapping[str, Any],
   if not records_dir:
     return
   path = _path(records_dir, name)
-  record = dict(settings=dict(settings), figures=dict(figures))
+  record = dict(settings=dict(settings), figures=dict(figures),
+                machine=report.machine())
   files.write_atomically(
       path, lambda f: json.dump(record, f, indent=1, sort_keys=True))

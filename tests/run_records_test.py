@@ -1,10 +1,12 @@
 """Benchmark run records: read back only for the settings they were made
 with, replaced when the settings change, off when no folder is given."""
 
+import json
 import os
 
 from absl.testing import absltest
 
+from benchmarks import report
 from benchmarks import run_records
 
 
@@ -42,6 +44,23 @@ class RunRecordsTest(absltest.TestCase):
     self.assertEqual(
         run_records.load(self.folder, 'run', dict(seeds=(0, 1))),
         dict(mean=1.0))
+
+  def test_a_record_names_its_machine_and_the_results_list_others(self):
+    run_records.save(self.folder, 'here', dict(rounds=1), dict(mean=0.5))
+    path = os.path.join(self.folder, 'here.json')
+    with open(path) as f:
+      record = json.load(f)
+    self.assertEqual(record['machine'], report.machine())
+    elsewhere = dict(cpu='Other CPU', cores=64, memory_gib=512.0)
+    record['machine'] = elsewhere
+    with open(os.path.join(self.folder, 'there.json'), 'w') as f:
+      json.dump(record, f)
+    results = report.Results('test', {})
+    run_records.load(self.folder, 'here', dict(rounds=1))
+    self.assertNotIn(report.machine(), results.as_dict()['record_machines'])
+    run_records.load(self.folder, 'there', dict(rounds=1))
+    self.assertIn(elsewhere, results.as_dict()['record_machines'])
+    results.write('')
 
   def test_no_folder_means_no_records(self):
     run_records.save('', 'run', self.settings, dict(mean=0.5))

@@ -184,10 +184,22 @@ def benchmark_part(argument: str) -> str:
            f'It ran for {_minutes(results["wall_seconds"])} on'
            f' {machine["cores"]} cores, load average {load["mean"]} (mean)'
            f' and {load["max"]} (max); results file'
-           f' `benchmarks/results/{name}.json`.', '']
+           f' `benchmarks/results/{name}.json`.{_record_machines(results)}',
+           '']
   for table in results['tables'].values():
     lines += [f'{table["title"]}:', '', results_table(table)]
   return '\n'.join(lines)
+
+
+def _record_machines(results: dict[str, Any]) -> str:
+  """What the results say of figures read from run records measured on
+  other machines ('' when none)."""
+  others = results.get('record_machines', [])
+  if not others:
+    return ''
+  named = '; '.join(f'{m["cpu"]}, {m["cores"]} cores' for m in others)
+  return (' Figures read back from run records'
+          f' (benchmarks/run_records.py) were measured on: {named}.')
 
 
 def _wrapped(command: str, width: int = 76) -> str:
@@ -206,9 +218,10 @@ def machines_table() -> str:
   """The machines the committed results were measured on."""
   machines: dict[tuple[Any, ...], list[str]] = {}
   for name in results_names():
-    machine = load_results(name)['machine']
-    key = (machine['cpu'], machine['cores'], machine['memory_gib'])
-    machines.setdefault(key, []).append(f'`{name}`')
+    results = load_results(name)
+    for machine in [results['machine'], *results.get('record_machines', [])]:
+      key = (machine['cpu'], machine['cores'], machine['memory_gib'])
+      machines.setdefault(key, []).append(f'`{name}`')
   lines = ['| CPU (/proc/cpuinfo) | cores | memory (GiB) | benchmarks |',
            '| --- | ---: | ---: | --- |']
   for (cpu, cores, memory), names in machines.items():
