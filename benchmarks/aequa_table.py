@@ -31,14 +31,17 @@ contributions). Per case:
   beside it: where they are nearly equal, Pearson is ill-conditioned;
 * Aequa's IR violations and collaboration gain spread (aequa_fairness.json).
 
-Every case is its own resumable directory under `--output_dir`: a finished
-case is read back, an interrupted one resumes, so the table is built in
-parts (`--cases=mnist:dirichlet,fashion_mnist:label_skew`) across sessions.
-Each case writes `<output_dir>/<case>/seed<s>/case.json` (its figures and
-wall time); `--results_file` gathers every finished case (mean and spread
-over seeds) into one results file (benchmarks/report.py's schema).
+Every case is its own resumable directory under `--output_dir`; an
+interrupted case resumes. A finished case leaves its figures and wall time
+as a record, `<records_dir>/<case>/seed<s>.json` (benchmarks/run_records.py),
+and is read back from it, never trained again, so the table is built in
+parts (`--cases=mnist:dirichlet,fashion_mnist:label_skew`) across sessions
+whose run directories do not survive: commit the records with the results.
+`--results_file` gathers every recorded case (mean and spread over seeds)
+into one results file (benchmarks/report.py's schema).
 
   .venv/bin/python -m benchmarks.aequa_table --output_dir=runs/aequa_table \
+      --records_dir=benchmarks/results/aequa_table \
       --results_file=benchmarks/results/aequa_table.json
 """
 
@@ -47,6 +50,7 @@ from tff_fair.runtime import quiet_startup  # pylint: disable=g-bad-import-order
 quiet_startup.import_tensorflow_quietly()
 
 import csv
+import itertools
 import json
 import os
 import time
@@ -58,9 +62,9 @@ from absl import logging
 import numpy as np
 
 from benchmarks import report
+from benchmarks import run_records
 from tff_fair import data as data_lib
 from tff_fair import errors
-from tff_fair import files
 from tff_fair.fairness import metrics as fairness_metrics
 from tff_fair.runtime import local as local_runtime
 from tff_fair.training import driver
@@ -176,14 +180,30 @@ def _run(case_dir: str, dataset: str, partition: str, seed: int,
   return _read(os.path.join(run_dir, 'clients_final.csv'))
 
 
+def _records_dir() -> str:
+  """--records_dir, by default <output_dir>/records: every case has one."""
+  return (run_records.RECORDS_DIR.value
+          or os.path.join(_OUTPUT_DIR.value, 'records'))
+
+
+def _case_name(dataset: str, partition: str, seed: int) -> str:
+  return os.path.join(f'{dataset}_{partition}', f'seed{seed}')
+
+
+def _case_settings(dataset: str, partition: str, seed: int) -> dict[str, Any]:
+  """What a case's figures depend on: a record of other settings is not
+  read back."""
+  return dict(dataset=dataset, partition=partition, seed=seed,
+              rounds=_ROUNDS.value, source_examples=_SOURCE_EXAMPLES.value)
+
+
 def _case(dataset: str, partition: str, seed: int) -> dict[str, Any]:
-  """Runs (or reads) one case; writes and returns its figures."""
-  case_dir = os.path.join(_OUTPUT_DIR.value, f'{dataset}_{partition}',
-                          f'seed{seed}')
-  path = os.path.join(case_dir, 'case.json')
-  if os.path.exists(path):
-    with open(path) as f:
-      return json.load(f)
+  """Reads one case's record, or runs the case and records its figures."""
+  name = _case_name(dataset, partition, seed)
+  if figures := run_records.load(_records_dir(), name, _case_settings(
+      dataset, partition, seed)):
+    return figures
+  case_dir = os.path.join(_OUTPUT_DIR.value, name)
   start = time.monotonic()
   finals = {m: _run(case_dir, dataset, partition, seed, m) for m in METHODS}
   standalone = finals['aequa']['standalone' + COMMON_TEST]
@@ -206,7 +226,8 @@ def _case(dataset: str, partition: str, seed: int) -> dict[str, Any]:
   figures = dict(dataset=dataset, partition=partition, seed=seed,
                  standalone_spread=float(alone.max() - alone.min()),
                  minutes=(time.monotonic() - start) / 60, methods=methods)
-  files.write_atomically(path, lambda f: json.dump(figures, f, indent=2))
+  run_records.save(_records_dir(), name,
+                   _case_settings(dataset, partition, seed), figures)
   return figures
 
 
@@ -242,16 +263,15 @@ def _rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _every_finished_case() -> list[dict[str, Any]]:
-  """Every case.json under the output directory, from any invocation."""
+  """Every recorded case of these settings, from any invocation."""
+  seeds = sorted({0, 1, 2} | {int(seed) for seed in _SEEDS.value})
   found = []
-  for case in sorted(os.listdir(_OUTPUT_DIR.value)):
-    case_dir = os.path.join(_OUTPUT_DIR.value, case)
-    for seed in sorted(os.listdir(case_dir)) if os.path.isdir(
-        case_dir) else []:
-      path = os.path.join(case_dir, seed, 'case.json')
-      if os.path.exists(path):
-        with open(path) as f:
-          found.append(json.load(f))
+  for dataset, partition, seed in itertools.product(
+      DATASETS + TFDS_DATASETS, PARTITIONS, seeds):
+    figures = run_records.load(_records_dir(), _case_name(
+        dataset, partition, seed), _case_settings(dataset, partition, seed))
+    if figures:
+      found.append(figures)
   return found
 
 
@@ -261,7 +281,8 @@ def main(argv):
   cases = _cases()
   results = report.Results('aequa_table', {
       f.name: f.value for f in (_OUTPUT_DIR, _CASES, _SEEDS, _ROUNDS,
-                                _SOURCE_EXAMPLES, _DATA_DIR)})
+                                _SOURCE_EXAMPLES, _DATA_DIR,
+                                run_records.RECORDS_DIR)})
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   available = {}
   with local_runtime.local_context():
