@@ -26,10 +26,13 @@ least at the global model's mean accuracy.
 Every run goes through `tff_fair.training.driver` in its own directory, so
 a killed benchmark resumes where it stopped, and one run again (e.g. with
 more seeds) skips what is finished; `--seeds`, `--partitions` and
-`--methods` choose a part. The results file is written after every run,
-so it always holds what has finished. With `--finished_only` nothing
-trains: the table gathers the runs finished so far (each re-evaluated
-with the current code) and leaves the others out, naming them.
+`--methods` choose a part. With `--records_dir`, a finished run leaves
+its figures there (benchmarks/run_records.py) and is read back from them,
+never trained again: committed with the results, they let the table be
+built in parts across sessions whose run directories do not survive. The
+results file is written after every run, so it always holds what has
+finished. With `--finished_only` nothing trains: the table gathers the
+runs recorded or finished so far and leaves the others out, naming them.
 """
 
 # Before anything imports TensorFlow: keep its start-up noise off the terminal.
@@ -47,6 +50,7 @@ import numpy as np
 
 from benchmarks import report
 from benchmarks import run_files
+from benchmarks import run_records
 from tff_fair.evaluation import statistics
 from tff_fair.runtime import local as local_runtime
 from tff_fair.training import driver
@@ -137,11 +141,25 @@ def _fallback_clients(output_dir: str) -> Optional[int]:
     return sum(row['uses'] == 'global' for row in csv.DictReader(f))
 
 
-def _run(config, kind: str) -> Optional[dict[str, Any]]:
-  """One run's figures (trains, resumes or only re-evaluates it); None for
-  a run left out by `--finished_only`."""
+def _run(config, kind: str,
+         settings: dict[str, Any]) -> Optional[dict[str, Any]]:
+  """One run's figures (read from its record, or trained, resumed or only
+  re-evaluated, then recorded); None for a run left out by
+  `--finished_only`. `settings`: what the figures depend on besides the
+  run's name."""
+  name = os.path.relpath(config.output_dir, _OUTPUT_DIR.value)
+  settings = dict(settings, rounds=_ROUNDS.value)
+  records_dir = run_records.RECORDS_DIR.value
+  if figures := run_records.load(records_dir, name, settings):
+    return figures
   if run_files.left_out(config.output_dir, _ROUNDS.value):
     return None
+  figures = _trained_figures(config, kind)
+  run_records.save(records_dir, name, settings, figures)
+  return figures
+
+
+def _trained_figures(config, kind: str) -> dict[str, Any]:
   result = driver.run(config)
 
   def stats(name):
@@ -203,6 +221,7 @@ def main(argv):
   results = report.Results('personalization_fmnist', {
       f.name: f.value for f in (_OUTPUT_DIR, _SEEDS, _PARTITIONS, _METHODS,
                                 _ROUNDS, _FEMNIST_WRITERS, _DATA_DIR,
+                                run_records.RECORDS_DIR,
                                 run_files.FINISHED_ONLY)})
   seeds = [int(s) for s in _SEEDS.value]
   rows = []
@@ -221,7 +240,8 @@ def main(argv):
         for method in _METHODS.value:
           logging.info('%s, seed %d: %s', partition, seed, method)
           run = _run(_fmnist_config(method, partition, seed),
-                     METHODS[method][2])
+                     METHODS[method][2],
+                     dict(method=method, partition=partition, seed=seed))
           if run is not None:
             runs[method][seed] = run
       rows.extend(_summary_row(f'fmnist {partition}', method, runs[method],
@@ -233,7 +253,8 @@ def main(argv):
       # fedavg (the ratios' reference, required by _check_flags) first.
       femnist = {}
       for method in sorted(_METHODS.value, key=lambda m: m != 'fedavg'):
-        run = _run(_femnist_config(method), METHODS[method][2])
+        run = _run(_femnist_config(method), METHODS[method][2],
+                   dict(method=method, writers=_FEMNIST_WRITERS.value))
         if run is not None:
           femnist[method] = {0: run}
           rows.append(_summary_row('femnist natural', method, femnist[method],
