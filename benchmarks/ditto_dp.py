@@ -116,10 +116,8 @@ def _unreachable(method: str, target: float) -> Optional[dict[str, Any]]:
                                  _ROUNDS.value, delta)
     return None
   except ValueError:
-    noise = (accounting.max_noise_multiplier(_CLIENTS_PER_ROUND)
-             * (1 - accounting.NOISE_PRECISION))
-    smallest = accounting.epsilon(noise, _CLIENTS_PER_ROUND, _NUM_CLIENTS,
-                                  _ROUNDS.value, delta)
+    smallest = accounting.smallest_epsilon(_CLIENTS_PER_ROUND, _NUM_CLIENTS,
+                                           _ROUNDS.value, delta)
     return dict(method=method, target_epsilon=target,
                 note=f'unreachable in {_ROUNDS.value} rounds: at least'
                 f' {smallest:.3g}')

@@ -143,6 +143,18 @@ def _round_rdp(noise_multiplier: float, clients_per_round: int,
   return np.array(accountant._orders), np.array(accountant._rdp)
 
 
+def _largest_noise(clients_per_round: int) -> float:
+  """The largest noise multiplier `noise_for_epsilon` considers."""
+  return max_noise_multiplier(clients_per_round) * (1 - NOISE_PRECISION)
+
+
+def smallest_epsilon(clients_per_round: int, num_clients: int, rounds: int,
+                     delta: float) -> float:
+  """The least epsilon any noise the DP aggregator takes can spend."""
+  return epsilon(_largest_noise(clients_per_round), clients_per_round,
+                 num_clients, rounds, delta)
+
+
 @functools.lru_cache(maxsize=64)
 def noise_for_epsilon(target_epsilon: float, clients_per_round: int,
                       num_clients: int, rounds: int, delta: float) -> float:
@@ -163,8 +175,8 @@ def noise_for_epsilon(target_epsilon: float, clients_per_round: int,
   if rounds < 1:
     raise ValueError(f'rounds must be >= 1, got {rounds}.')
   bound = max_noise_multiplier(clients_per_round)
-  high = bound * (1 - NOISE_PRECISION)  # The largest noise it takes.
-  best = epsilon(high, clients_per_round, num_clients, rounds, delta)
+  high = _largest_noise(clients_per_round)
+  best = smallest_epsilon(clients_per_round, num_clients, rounds, delta)
   if best > target_epsilon:
     raise ValueError(
         f'dp_target_epsilon={target_epsilon:g} cannot be reached in'
