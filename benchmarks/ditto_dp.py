@@ -135,15 +135,13 @@ def _run(method: str, target: Optional[float]) -> dict[str, Any]:
                   clients_per_round=_CLIENTS_PER_ROUND,
                   examples_per_client=_EXAMPLES)
   name = _name(method, target)
-  records_dir = run_records.RECORDS_DIR.value
-  if row := run_records.load(records_dir, name, settings):
-    return row
   config = _config(method, target)
-  if run_files.left_out(config.output_dir, config.rounds):
-    return dict(method=method, target_epsilon=target, note='not finished')
-  row = _trained_row(method, target, config)
-  run_records.save(records_dir, name, settings, row)
-  return row
+  row = run_records.recorded(
+      name, settings,
+      lambda: None if run_files.left_out(config.output_dir, config.rounds)
+      else _trained_row(method, target, config))
+  return row or dict(method=method, target_epsilon=target,
+                     note='not finished')
 
 
 def _trained_row(method: str, target: Optional[float],

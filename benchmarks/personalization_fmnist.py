@@ -149,14 +149,10 @@ def _run(config, kind: str,
   run's name."""
   name = os.path.relpath(config.output_dir, _OUTPUT_DIR.value)
   settings = dict(settings, rounds=_ROUNDS.value)
-  records_dir = run_records.RECORDS_DIR.value
-  if figures := run_records.load(records_dir, name, settings):
-    return figures
-  if run_files.left_out(config.output_dir, _ROUNDS.value):
-    return None
-  figures = _trained_figures(config, kind)
-  run_records.save(records_dir, name, settings, figures)
-  return figures
+  return run_records.recorded(
+      name, settings,
+      lambda: None if run_files.left_out(config.output_dir, _ROUNDS.value)
+      else _trained_figures(config, kind))
 
 
 def _trained_figures(config, kind: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ Plain Python, no TensorFlow.
 
 import json
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from absl import flags
 from absl import logging
@@ -68,3 +68,17 @@ def save(records_dir: str, name: str, settings: Mapping[str, Any],
                 machine=report.machine())
   files.write_atomically(
       path, lambda f: json.dump(record, f, indent=1, sort_keys=True))
+
+
+def recorded(name: str, settings: Mapping[str, Any],
+             compute: Callable[[], Optional[dict[str, Any]]]
+             ) -> Optional[dict[str, Any]]:
+  """Run `name`'s figures from its record under --records_dir, or from
+  `compute()` (then recorded; None, e.g. a run left out, is not)."""
+  records_dir = RECORDS_DIR.value
+  if figures := load(records_dir, name, settings):
+    return figures
+  figures = compute()
+  if figures is not None:
+    save(records_dir, name, settings, figures)
+  return figures

@@ -5,6 +5,7 @@ import json
 import os
 
 from absl.testing import absltest
+from absl.testing import flagsaver
 
 from benchmarks import report
 from benchmarks import run_records
@@ -61,6 +62,22 @@ class RunRecordsTest(absltest.TestCase):
     run_records.load(self.folder, 'there', dict(rounds=1))
     self.assertIn(elsewhere, results.as_dict()['record_machines'])
     results.write('')
+
+  def test_recorded_computes_once_and_never_records_none(self):
+    calls = []
+
+    def compute():
+      calls.append(1)
+      return dict(mean=0.7)
+
+    with flagsaver.flagsaver((run_records.RECORDS_DIR, self.folder)):
+      self.assertIsNone(run_records.recorded('run', self.settings,
+                                             lambda: None))
+      self.assertEqual(os.listdir(self.folder), [])
+      for _ in range(2):
+        self.assertEqual(run_records.recorded('run', self.settings, compute),
+                         dict(mean=0.7))
+    self.assertLen(calls, 1)
 
   def test_no_folder_means_no_records(self):
     run_records.save('', 'run', self.settings, dict(mean=0.5))
