@@ -132,6 +132,23 @@ class ResumeTest(tff_test_utils.TffTestCase):
       self.assertGreater(released['seconds_checkpoint'], 0.0)
 
 
+class DivergenceTest(tff_test_utils.TffTestCase):
+
+  def test_a_diverging_run_warns_once_and_a_sound_one_never(self):
+    sound = self.create_tempdir().full_path
+    with self.assertLogs(level='INFO') as logs:
+      driver.run(_config(sound, rounds=2, eval_every=0))
+    self.assertEmpty([r for r in logs.output if 'diverged' in r])
+    # Weights of 1e30 after one step: the next batch's logits overflow.
+    diverging = self.create_tempdir().full_path
+    with self.assertLogs(level='WARNING') as logs:
+      driver.run(_config(diverging, rounds=2, eval_every=0,
+                         client_learning_rate=1e30))
+    warnings = [r for r in logs.output if 'has diverged' in r]
+    self.assertLen(warnings, 1)
+    self.assertIn('Round 1:', warnings[0])
+
+
 class BaselinesTest(tff_test_utils.TffTestCase):
 
   def test_fine_tuning_personalizes_label_skewed_clients(self):

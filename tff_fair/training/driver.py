@@ -98,6 +98,7 @@ class Trainer:
     self._state_manager = None
     self._csv_release = None
     self._tensorboard = None
+    self._divergence_reported = False
 
   def _initial_state(self):
     state = self.process.initialize()
@@ -270,6 +271,7 @@ class Trainer:
       history.append({**released, **timer.released()})
       self._log_round(round_num, released, started, start_round,
                       timer.released())
+      self._report_divergence(round_num, released)
     return state, history
 
   def _log_round(self, round_num: int, released: dict[str, float],
@@ -290,6 +292,24 @@ class Trainer:
     logging.info('round %d seconds: %s', round_num, '  '.join(
         f'{name.removeprefix("seconds_")}={s:.2f}'
         for name, s in phases.items()))
+
+  def _report_divergence(self, round_num: int,
+                         released: dict[str, float]) -> None:
+    """Warns, once a run, when the training loss stops being finite.
+
+    A diverged model still yields accuracies (near chance), so a table of
+    results alone would not show it.
+    """
+    loss = released.get('train_loss')
+    if self._divergence_reported or loss is None or math.isfinite(loss):
+      return
+    self._divergence_reported = True
+    logging.warning(
+        'Round %d: the training loss is %s: the global model has diverged,'
+        ' and its accuracies from here on say little. Lower'
+        ' --client_learning_rate or --server_learning_rate; with'
+        ' --aggregator=dp, lower the noise (a larger --dp_target_epsilon,'
+        ' more --clients_per_round).', round_num, loss)
 
   def _client_spec(self, client_id: str, round_num: int):
     """A client's attack and seed input for one round."""
