@@ -165,7 +165,14 @@ def _trained_row(method: str, target: Optional[float],
                                if private else None),
       mean=used.mean, worst_10_mean=used.worst_10_mean,
       validated_mean=chosen.mean,
-      seconds_per_round=run_files.seconds_per_round(config.output_dir))
+      seconds_per_round=run_files.seconds_per_round(config.output_dir),
+      note=_divergence_note(config.output_dir))
+
+
+def _divergence_note(output_dir: str) -> Optional[str]:
+  diverged = run_files.diverged_round(output_dir)
+  return None if diverged is None else (
+      f'diverged: training loss not finite from round {diverged}')
 
 
 def main(argv):

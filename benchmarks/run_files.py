@@ -6,6 +6,7 @@ trained them.
 """
 
 import csv
+import math
 import os
 from typing import Optional
 
@@ -52,3 +53,13 @@ def seconds_per_round(output_dir: str) -> Optional[float]:
   seconds = [float(r['seconds_train']) for r in _rounds(output_dir)
              if int(r['round']) > 1]
   return float(np.median(seconds)) if seconds else None
+
+
+def diverged_round(output_dir: str) -> Optional[int]:
+  """The first round whose training loss is not finite (the model has
+  diverged; the driver warns of it), from metrics.csv; None if there is
+  none or the run logs no training loss."""
+  for r in _rounds(output_dir):
+    if r.get('train_loss') and not math.isfinite(float(r['train_loss'])):
+      return int(r['round'])
+  return None
