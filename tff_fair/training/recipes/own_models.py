@@ -13,6 +13,7 @@ clients with a model of their own) and, when some client never trained,
 
 from collections.abc import Mapping, Sequence
 import dataclasses
+import math
 from typing import Any, ClassVar
 
 from absl import logging
@@ -114,12 +115,19 @@ def personal_train_statistics(
   Of the models the round's clients end it with, on their training data
   (`train_loss`, `train_accuracy` of each record): the mean and the worst
   client (highest loss, lowest accuracy), so one collapsed personal model
-  shows. Pass the benign clients' records (at least one).
+  shows. Pass the benign clients' records (at least one). A personal model
+  that diverged (a non-finite loss; its accuracy is still defined) makes the
+  loss statistics NaN, as in `per_client.summarize_clients`, rather than
+  stopping the run.
   """
   released = {}
   for name, worst in (('train_loss', 'max'), ('train_accuracy', 'min')):
-    stats = statistics.summarize(
-        [r[name] for r in records], higher_is_better=name != 'train_loss')
+    values = [r[name] for r in records]
+    if name == 'train_loss' and not all(map(math.isfinite, values)):
+      stats = statistics.undefined(len(values))
+    else:
+      stats = statistics.summarize(values,
+                                   higher_is_better=name != 'train_loss')
     released[f'personal_{name}_mean'] = stats.mean
     released[f'personal_{name}_{worst}'] = stats.worst
   return released
