@@ -3,9 +3,11 @@
 import csv
 import json
 import os
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tests import tff_test_utils
 from tff_fair.privacy import accounting
@@ -22,6 +24,10 @@ def _config(output_dir, **overrides):
       dp_noise_multiplier=0.4)
   values.update(overrides)
   return registry.make_config(**values)
+
+
+class _Killed(Exception):
+  """Stands for the process being killed."""
 
 
 def _epsilons(output_dir):
@@ -52,13 +58,27 @@ class PrivacyTest(tff_test_utils.TffTestCase):
           # clients, beside the private global model.
           self.assertNotEmpty(result.evaluations['personalized'])
 
-  def test_a_resumed_run_continues_the_epsilon_series(self):
+  def test_a_killed_run_resumes_the_epsilon_series(self):
     straight = self.create_tempdir().full_path
     driver.run(_config(straight))
+    # Killed in round 2 after its row (and epsilon) was released, before its
+    # checkpoint was saved: the resumed run redoes round 2, neither
+    # restarting the count nor counting round 2 twice.
     resumed = self.create_tempdir().full_path
-    driver.run(_config(resumed, rounds=2))
+    save = tff.program.FileProgramStateManager.save
+
+    async def killed_before_saving_round_2(manager, state, version):
+      if version == 2:
+        raise _Killed()
+      await save(manager, state, version)
+
+    with mock.patch.object(tff.program.FileProgramStateManager, 'save',
+                           killed_before_saving_round_2):
+      with self.assertRaises(_Killed):
+        driver.run(_config(resumed))
+    self.assertLen(_epsilons(resumed), 2)
     result = driver.run(_config(resumed))
-    self.assertEqual(result.resumed_from_round, 2)
+    self.assertEqual(result.resumed_from_round, 1)
     self.assertEqual(_epsilons(resumed), _epsilons(straight))
 
   def test_a_budget_chooses_the_noise_and_config_json_records_it(self):
