@@ -20,6 +20,10 @@ _CASES = (
                        num_classes=10), (10,)),
     ('fedavg_cnn', dict(x_shape=(28, 28, 1), x_dtype=tf.float32, y_shape=(),
                         num_classes=10), (10,)),
+    ('mlp', dict(x_shape=(28, 28, 1), x_dtype=tf.float32, y_shape=(),
+                 num_classes=10), (10,)),
+    ('mlp', dict(x_shape=(8, 8, 1), x_dtype=tf.float32, y_shape=(),
+                 num_classes=10), (10,)),
     ('text_cnn', dict(x_shape=(20,), x_dtype=tf.int32, y_shape=(),
                       num_classes=2, vocab_size=100), (2,)),
     ('char_lstm', dict(x_shape=(12,), x_dtype=tf.int32, y_shape=(12,),
@@ -61,8 +65,10 @@ class ModelSpecTest(tf.test.TestCase, parameterized.TestCase):
                      (7 * 7 * 64, 1024), (1024,), (1024, 10), (10,)]),
       ('fedavg_cnn', [(5, 5, 1, 32), (32,), (5, 5, 32, 64), (64,),
                       (4 * 4 * 64, 512), (512,), (512, 10), (10,)]),
+      # The FedAvg paper's 2NN: 199,210 parameters on 28x28 inputs.
+      ('mlp', [(784, 200), (200,), (200, 200), (200,), (200, 10), (10,)]),
   )
-  def test_reference_cnn_shapes(self, name, shapes):
+  def test_reference_model_shapes(self, name, shapes):
     spec = model_fns.build_model_spec(name, x_shape=(28, 28, 1),
                                       x_dtype=tf.float32, y_shape=(),
                                       num_classes=10)

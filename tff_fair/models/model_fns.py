@@ -160,6 +160,7 @@ _ARCHITECTURES = {
     'fedavg_cnn': (functools.partial(architectures.two_conv_cnn,
                                      hidden_units=512, padding='valid'),
                    _image_arguments),
+    'mlp': (architectures.mlp, _image_arguments),
     'text_cnn': (architectures.text_cnn, _token_arguments),
     'char_lstm': (architectures.char_lstm, _next_token_arguments),
     'slimmable_lenet': (slimmable_models.lenet, _image_arguments),
