@@ -24,8 +24,9 @@ from tff_fair.training import sampling
 
 def _config(output_dir, **overrides):
   values = dict(
-      algorithm='ditto', dataset='digits', partition='label_skew',
-      classes_per_client=2, num_clients=4, clients_per_round=2, rounds=3,
+      algorithm='ditto', dataset='digits', model='mlp',
+      partition='label_skew', classes_per_client=2, num_clients=4,
+      clients_per_round=2, rounds=3,
       batch_size=16, client_learning_rate=0.1, personal_learning_rate=0.1,
       seed=11, output_dir=output_dir, eval_every=0)
   values.update(overrides)

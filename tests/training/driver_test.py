@@ -18,8 +18,9 @@ from tff_fair.training import sampling
 
 def _config(output_dir, **overrides):
   values = dict(
-      dataset='digits', partition='dirichlet', alpha=0.5, num_clients=4,
-      clients_per_round=3, rounds=4, batch_size=16, client_learning_rate=0.1,
+      dataset='digits', model='mlp', partition='dirichlet', alpha=0.5,
+      num_clients=4, clients_per_round=3, rounds=4, batch_size=16,
+      client_learning_rate=0.1,
       seed=7, output_dir=output_dir, eval_every=2)
   values.update(overrides)
   return registry.make_config(**values)

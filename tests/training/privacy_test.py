@@ -18,8 +18,9 @@ from tff_fair.training.recipes import registry
 def _config(output_dir, **overrides):
   # 5 of 10 clients a round: noise below 0.5 (TFF's adaptive clipping).
   values = dict(
-      dataset='digits', partition='homogeneous', num_clients=10,
-      clients_per_round=5, rounds=3, batch_size=16, client_learning_rate=0.1,
+      dataset='digits', model='mlp', partition='homogeneous',
+      num_clients=10, clients_per_round=5, rounds=3, batch_size=16,
+      client_learning_rate=0.1,
       seed=3, output_dir=output_dir, eval_every=0, aggregator='dp',
       dp_noise_multiplier=0.4)
   values.update(overrides)
