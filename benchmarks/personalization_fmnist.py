@@ -11,7 +11,10 @@ accuracy over clients of the model each client gets (FedAvg's and
 FedProx's global model; the personalized models of the others, and their
 'validated' choice of personalized or global model on the client's
 validation split), and training seconds per round (median of rounds
-2..N) with its ratio to FedAvg's in the same seed and partition.
+2..N). Runs recorded in other sessions may come from other machines and
+loads (each record names its machine), so no ratio is taken between them:
+`benchmarks.round_time --setting=pfllib` times the methods' rounds
+against FedAvg's in one process.
 
 Then FEMNIST's natural writer partition (`--femnist_writers` writers, the
 data set's defaults: LeNet, batch 32, rate 0.1), every method with its
@@ -102,8 +105,7 @@ _COLUMNS = (
     report.Column('validated_mean', 'validated mean', '.4f'),
     report.Column('validated_worst_10_mean', 'validated worst-10%', '.4f'),
     report.Column('fallback_clients', 'clients on global', '.1f'),
-    report.Column('seconds_per_round', 's/round', '.2f'),
-    report.Column('round_ratio', 'x FedAvg round', '.2f'))
+    report.Column('seconds_per_round', 's/round', '.2f'))
 
 
 def _fmnist_config(method: str, partition: str, seed: int):
@@ -171,21 +173,15 @@ def _trained_figures(config, kind: str) -> dict[str, Any]:
               seconds_per_round=run_files.seconds_per_round(config.output_dir))
 
 
-def _summary_row(setting: str, method: str, by_seed: dict[int, dict[str, Any]],
-                 fedavg_by_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
-  """Mean over seeds; the spread of the mean accuracy (max - min); the
-  round time's ratio to FedAvg's in each seed both have."""
+def _summary_row(setting: str, method: str,
+                 by_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
+  """Mean over seeds and the spread of the mean accuracy (max - min)."""
   runs = list(by_seed.values())
 
   def mean(key):
     values = [r[key] for r in runs if r[key] is not None]
     return float(np.mean(values)) if values else None
 
-  fedavg_seconds = {seed: run['seconds_per_round']
-                    for seed, run in fedavg_by_seed.items()}
-  ratios = [run['seconds_per_round'] / fedavg_seconds[seed]
-            for seed, run in by_seed.items()
-            if run['seconds_per_round'] and fedavg_seconds.get(seed)]
   means = [r['mean'] for r in runs]
   return dict(setting=setting, method=method, seeds=len(runs),
               mean=mean('mean'),
@@ -194,8 +190,31 @@ def _summary_row(setting: str, method: str, by_seed: dict[int, dict[str, Any]],
               validated_mean=mean('validated_mean'),
               validated_worst_10_mean=mean('validated_worst_10_mean'),
               fallback_clients=mean('fallback_clients'),
-              seconds_per_round=mean('seconds_per_round'),
-              round_ratio=float(np.mean(ratios)) if ratios else None)
+              seconds_per_round=mean('seconds_per_round'))
+
+
+def _overview(rows: list[dict[str, Any]]
+              ) -> tuple[list[report.Column], list[dict[str, Any]]]:
+  """The README's table: a row per method, its mean accuracy in each
+  setting (mean over seeds); on FEMNIST also its 'validated' choice's,
+  the figure that must reach the global model's there."""
+  columns = [report.Column('method', 'method')]
+  by_method: dict[str, dict[str, Any]] = {}
+  for setting in dict.fromkeys(row['setting'] for row in rows):
+    key = setting.replace(' ', '_')
+    seeds = max(r['seeds'] for r in rows if r['setting'] == setting)
+    figures = [('mean', key, f'{setting} ({seeds} seed{"s" * (seeds > 1)})')]
+    if setting.startswith('femnist'):
+      figures.append(('validated_mean', f'{key}_validated',
+                      f'{setting}, validated'))
+    for figure, column_key, title in figures:
+      columns.append(report.Column(column_key, title, '.4f'))
+      for row in rows:
+        by_method.setdefault(row['method'], {'method': row['method']})
+        if row['setting'] == setting:
+          by_method[row['method']][column_key] = row[figure]
+  keys = [c.key for c in columns]
+  return columns, [{k: r.get(k) for k in keys} for r in by_method.values()]
 
 
 def _check_flags() -> None:
@@ -205,9 +224,6 @@ def _check_flags() -> None:
     if unknown:
       raise app.UsageError(f'--{name}: unknown {", ".join(unknown)}; choose'
                            f' from {", ".join(known)}.')
-  if 'fedavg' not in _METHODS.value:
-    raise app.UsageError('--methods must include fedavg: every round time'
-                         ' is compared with its.')
 
 
 def main(argv):
@@ -227,6 +243,8 @@ def main(argv):
     report.print_rows(_COLUMNS, rows)
     results.table('methods', 'Mean over seeds; accuracy of the model each'
                   ' client gets', _COLUMNS, rows)
+    results.table('overview', 'Mean accuracy of the model each client gets,'
+                  ' over seeds', *_overview(rows))
     results.save(_RESULTS_FILE.value)
 
   with local_runtime.local_context():
@@ -240,21 +258,16 @@ def main(argv):
                      dict(method=method, partition=partition, seed=seed))
           if run is not None:
             runs[method][seed] = run
-      rows.extend(_summary_row(f'fmnist {partition}', method, runs[method],
-                               runs['fedavg'])
+      rows.extend(_summary_row(f'fmnist {partition}', method, runs[method])
                   for method in _METHODS.value if runs[method])
       release()
     if _FEMNIST_WRITERS.value:
-      # One run per method: its row is released as soon as it finishes;
-      # fedavg (the ratios' reference, required by _check_flags) first.
-      femnist = {}
-      for method in sorted(_METHODS.value, key=lambda m: m != 'fedavg'):
+      # One run per method: its row is released as soon as it finishes.
+      for method in _METHODS.value:
         run = _run(_femnist_config(method), METHODS[method][2],
                    dict(method=method, writers=_FEMNIST_WRITERS.value))
         if run is not None:
-          femnist[method] = {0: run}
-          rows.append(_summary_row('femnist natural', method, femnist[method],
-                                   femnist.get('fedavg', {})))
+          rows.append(_summary_row('femnist natural', method, {0: run}))
           release()
   results.write(_RESULTS_FILE.value)
 
