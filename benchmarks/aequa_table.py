@@ -38,7 +38,9 @@ and is read back from it, never trained again, so the table is built in
 parts (`--cases=mnist:dirichlet,fashion_mnist:label_skew`) across sessions
 whose run directories do not survive: commit the records with the results.
 `--results_file` gathers every recorded case (mean and spread over seeds)
-into one results file (benchmarks/report.py's schema).
+into one results file (benchmarks/report.py's schema); with
+`--finished_only` nothing trains, and the cases asked for that have no
+record yet are named in the log and left out.
 
   .venv/bin/python -m benchmarks.aequa_table --output_dir=runs/aequa_table \
       --records_dir=benchmarks/results/aequa_table \
@@ -62,6 +64,7 @@ from absl import logging
 import numpy as np
 
 from benchmarks import report
+from benchmarks import run_files
 from benchmarks import run_records
 from tff_fair import data as data_lib
 from tff_fair import errors
@@ -262,6 +265,36 @@ def _rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
   return rows
 
 
+_OVERVIEW_COLUMNS = (
+    report.Column('dataset', 'data set'),
+    report.Column('partition', 'partition'),
+    report.Column('seeds', 'seeds'),
+    *(report.Column(f'pearson_{m}', f'Pearson {m}', '.3f') for m in METHODS),
+    report.Column('standalone_spread', 'standalone spread', '.3f'),
+    report.Column('aequa_minus_fedavg', 'Aequa - FedAvg acc.', '+.4f'),
+    report.Column('ir_violations', 'IR violations', '.1f'))
+
+
+def _overview(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """A row per case: each method's Pearson, Aequa's full-width accuracy
+  over FedAvg-FT's global model's, Aequa's IR violations (the targets)."""
+  by_case: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+  for row in rows:
+    by_case.setdefault((row['dataset'], row['partition']),
+                       {})[row['method']] = row
+  overview = []
+  for (dataset, partition), methods in by_case.items():
+    aequa, fedavg = methods['aequa'], methods['fedavg_ft']
+    overview.append(dict(
+        dataset=dataset, partition=partition, seeds=aequa['seeds'],
+        **{f'pearson_{m}': methods[m]['pearson'] for m in METHODS},
+        standalone_spread=aequa['standalone_spread'],
+        aequa_minus_fedavg=(aequa['global_accuracy']
+                            - fedavg['global_accuracy']),
+        ir_violations=aequa['ir_violations']))
+  return overview
+
+
 def _every_finished_case() -> list[dict[str, Any]]:
   """Every recorded case of these settings, from any invocation."""
   seeds = sorted({0, 1, 2} | {int(seed) for seed in _SEEDS.value})
@@ -275,6 +308,17 @@ def _every_finished_case() -> list[dict[str, Any]]:
   return found
 
 
+def _tabulate(results: report.Results) -> list[dict[str, Any]]:
+  """Tables every recorded case into `results`; returns the rows."""
+  rows = _rows(_every_finished_case())
+  results.table('overview', 'Per case (means over the seeds that'
+                ' finished): Pearson of reward against standalone accuracy'
+                ' by method', _OVERVIEW_COLUMNS, _overview(rows))
+  results.table('cases', 'Each case and method: means over the seeds that'
+                ' finished', _COLUMNS, rows)
+  return rows
+
+
 def main(argv):
   del argv
   log_filter.keep_info_logs_of_tff_fair_only()
@@ -282,7 +326,8 @@ def main(argv):
   results = report.Results('aequa_table', {
       f.name: f.value for f in (_OUTPUT_DIR, _CASES, _SEEDS, _ROUNDS,
                                 _SOURCE_EXAMPLES, _DATA_DIR,
-                                run_records.RECORDS_DIR)})
+                                run_records.RECORDS_DIR,
+                                run_files.FINISHED_ONLY)})
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   available = {}
   with local_runtime.local_context():
@@ -292,14 +337,18 @@ def main(argv):
       if not available[dataset]:
         continue
       for seed in _seeds(dataset):
+        if run_files.FINISHED_ONLY.value:
+          if not run_records.load(_records_dir(), _case_name(
+              dataset, partition, seed), _case_settings(
+                  dataset, partition, seed)):
+            logging.info('Left out, not recorded: case %s:%s, seed %d.',
+                         dataset, partition, seed)
+          continue
         logging.info('Case %s:%s, seed %d.', dataset, partition, seed)
         _case(dataset, partition, seed)
-        results.table('cases', 'Each case: means over the seeds that'
-                      ' finished', _COLUMNS, _rows(_every_finished_case()))
+        _tabulate(results)
         results.save(_RESULTS_FILE.value)
-  rows = _rows(_every_finished_case())
-  results.table('cases', 'Each case: means over the seeds that finished',
-                _COLUMNS, rows)
+  rows = _tabulate(results)
   for row in rows:
     print('  '.join(f'{k}={v}' for k, v in row.items()), flush=True)
   results.write(_RESULTS_FILE.value)
