@@ -28,14 +28,16 @@ def default_cost(gains: np.ndarray, eps: float = 1e-8) -> np.ndarray:
                     np.inf)
 
 
-def brute_force(contributions, widths, accuracies, cost=default_cost):
+def brute_force(contributions, widths, accuracies, cost=default_cost,
+                ir_margin=0.0):
   """Minimum cost over all K^N level choices that obey the IR rule."""
   c = np.asarray(contributions, dtype=np.float64)
   acc = np.asarray(accuracies, dtype=np.float64)
+  thresholds = c + ir_margin
   choices = []
-  for ci in c:
-    if ci <= acc.max():
-      choices.append(np.flatnonzero(acc >= ci))
+  for ti in thresholds:
+    if ti <= acc.max():
+      choices.append(np.flatnonzero(acc >= ti))
     else:  # IR-infeasible: the best model.
       choices.append(np.flatnonzero(acc == acc.max()))
   levels = np.array(list(itertools.product(*choices)))
@@ -105,6 +107,41 @@ class ExactSolverTest(parameterized.TestCase):
                        tuple(np.flatnonzero(~feasible)))
     # Some 'infeasible' instances have no admissible allocation at all.
     self.assertGreater(checked, 150)
+
+  def test_matches_brute_force_with_ir_margins(self):
+    rng = np.random.default_rng(3)
+    checked = 0
+    for _ in range(400):
+      c, w, acc = random_tiny_instance(rng, 'continuous')
+      margin = rng.uniform(0, 0.1, c.size)
+      expected = brute_force(c, w, acc, ir_margin=margin)
+      if math.isinf(expected):
+        continue
+      result = allocation.solve_exact(c, w, acc, ir_margin=margin)
+      checked += 1
+      self.assertAlmostEqual(result.cost, expected, delta=1e-12 + 1e-9 *
+                             expected, msg=f'c={c} m={margin} acc={acc}')
+      feasible = c + margin <= acc.max()
+      # Every client IR can hold for clears its margin, not just 0.
+      self.assertTrue(np.all(result.gain[feasible] >= margin[feasible]))
+      self.assertEqual(result.ir_infeasible,
+                       tuple(np.flatnonzero(~feasible)))
+    self.assertGreater(checked, 150)
+
+  def test_ir_margin_lifts_the_lowest_level(self):
+    # c = 0.55 takes 0.6 without a margin; a 0.1 margin needs 0.7.
+    for solver in ('exact', 'annealing'):
+      plain = allocation.allocate([0.55, 0.85], SMALL_WIDTHS,
+                                  SMALL_ACCURACIES, solver=solver)
+      safe = allocation.allocate([0.55, 0.85], SMALL_WIDTHS,
+                                 SMALL_ACCURACIES, solver=solver,
+                                 ir_margin=0.1)
+      self.assertEqual(plain.accuracy[0], 0.6)
+      self.assertEqual(safe.accuracy[0], 0.7)
+      # 0.85 + 0.1 is above the best model: it gets the best, flagged.
+      self.assertEqual(safe.accuracy[1], 0.9)
+      self.assertEqual(safe.ir_infeasible, (1,))
+      self.assertEqual(plain.ir_infeasible, ())
 
   def test_result_fields_are_consistent(self):
     c = np.array([0.55, 0.6, 0.7, 0.95])
@@ -385,6 +422,12 @@ class AllocateTest(parameterized.TestCase):
        dict(min_width=0.6, max_width=0.9), 'no width'),
       ('unknown_solver', [0.5], [0.5, 1.0], [0.6, 0.7],
        dict(solver='greedy'), 'solver'),
+      ('negative_margin', [0.5], [0.5, 1.0], [0.6, 0.7],
+       dict(ir_margin=-0.01), 'ir_margin must be'),
+      ('margin_per_client_mismatch', [0.5, 0.6], [0.5, 1.0], [0.6, 0.7],
+       dict(ir_margin=[0.01]), 'one per contribution'),
+      ('nan_margin', [0.5], [0.5, 1.0], [0.6, 0.7],
+       dict(ir_margin=np.nan), 'ir_margin must be'),
       ('annealing_option_with_exact', [0.5], [0.5, 1.0], [0.6, 0.7],
        dict(iterations=10), "only apply to solver='annealing'"),
   )

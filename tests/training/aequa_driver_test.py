@@ -143,6 +143,9 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
     # The common test set is the rewards' test set (the pooled test
     # splits): each client's rewarded model, at its width, scores there
     # what the allocation table says; on its own split what it says too.
+    with open(os.path.join(out, 'aequa_fairness.json')) as f:
+      fairness = json.load(f)
+    self.assertEqual(fairness['ir_confidence'], 0.95)
     for r in allocation:
       self.assertAlmostEqual(
           result.evaluations['aequa:common_test'][r['client']].accuracy,
@@ -150,6 +153,22 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
       self.assertAlmostEqual(
           result.evaluations['aequa'][r['client']].accuracy,
           float(r['own_test_accuracy']), places=6)
+      # Gains and IR are judged like with like: the rewarded model and the
+      # standalone model on the same common test set.
+      self.assertAlmostEqual(
+          result.evaluations['standalone:common_test'][r['client']].accuracy,
+          float(r['test_contribution']), places=6)
+      self.assertAlmostEqual(
+          float(r['gain']),
+          float(r['accuracy']) - float(r['test_contribution']), places=6)
+      # The width served clears the held-out contribution by its margin.
+      if r['client'] not in fairness['ir_infeasible']:
+        self.assertGreater(float(r['ir_margin']), 0)
+        self.assertGreaterEqual(
+            float(r['held_out_accuracy']),
+            float(r['contribution']) + float(r['ir_margin']))
+    self.assertEqual(fairness['ir_violations'],
+                     sum(float(r['gain']) < 0 for r in allocation))
     data = trainer.experiment.data
     self.assertEqual(set(contributions), set(data.client_ids))
     pooled = [data.arrays(cid, 'validation') for cid in data.client_ids]

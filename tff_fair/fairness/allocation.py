@@ -23,12 +23,17 @@ Rules the paper leaves open, decided here:
   accuracy value, the narrowest is served (same reward, cheaper model). A
   wider model that is less accurate than a narrower one is still a level of
   its own and may be served when its accuracy value is the one needed.
-* IR-infeasible clients (`c_i` above the best accuracy on the curve) cannot
-  gain: they receive the best (most accurate) model, never move, and their
+* IR-infeasible clients (`c_i + m_i` above the best accuracy on the
+  curve) cannot be promised a gain: they receive the best (most accurate) model, never move, and their
   negative gains count in the cost. An allocation with `mean[u] + eps <= 0`
   is inadmissible (cost +inf); when even everyone-gets-the-best is
   inadmissible no allocation exists and `ValueError` is raised.
-* IR is checked exactly: `a_i >= c_i` in floating point, no tolerance.
+* IR is checked exactly: `a_i >= c_i + m_i` in floating point, no
+  tolerance, where `m_i >= 0` is the caller's margin (`ir_margin`, 0 by
+  default). A margin asks a level to clear a contribution by more than the
+  noise of the curve it was read from, so IR still holds when the rewarded
+  model is measured on other data (`tff_fair.training.rewards` derives it
+  from the held-out set's size). Gains stay `a_i - c_i`.
 
 Solvers:
 
@@ -174,8 +179,9 @@ class Allocation:
     cost: The cost of this allocation (under the cost it was solved for).
     mean_gain: Mean of `gain`.
     gain_variance: Population variance of `gain`.
-    ir_infeasible: Clients with `c_i` above the best accuracy; they receive
-      the best model and have negative gains.
+    ir_infeasible: Clients with `c_i + m_i` (the contribution and its IR
+      margin) above the best accuracy; they receive the best model, and
+      their gains are below the margin, negative when `c_i` is above too.
     solver: 'exact' or 'annealing'.
     cost_name: The cost's `name` attribute, or its type/function name.
     stats: Solver details (e.g. candidates scored, iterations, temperature).
@@ -226,9 +232,18 @@ def _prepare(
     accuracies: Any,
     min_width: Optional[float],
     max_width: Optional[float],
+    ir_margin: Any = 0.0,
 ) -> _Problem:
   """Validates the inputs and reduces the curve to accuracy levels."""
   c = fairness_metrics.as_vector(contributions, 'contributions')
+  margin = np.asarray(ir_margin, dtype=np.float64)
+  if margin.ndim == 0:
+    margin = np.full(c.shape, float(margin))
+  if margin.shape != c.shape or not np.isfinite(margin).all() or (
+      margin < 0).any():
+    raise ValueError(
+        f'ir_margin must be one finite number >= 0, or one per contribution'
+        f' ({c.size}); got {np.asarray(ir_margin).tolist()}.')
   w = fairness_metrics.as_vector(widths, 'widths')
   acc = fairness_metrics.as_vector(accuracies, 'accuracies')
   if acc.size != w.size:
@@ -257,8 +272,8 @@ def _prepare(
   # returns the first occurrence, and `allowed` is in increasing width.
   values, first = np.unique(acc[allowed], return_index=True)
   curve_index = allowed[first]
-  # First level whose accuracy is >= c_i, i.e. the lowest IR-feasible one.
-  lowest = np.searchsorted(values, c, side='left')
+  # First level whose accuracy is >= c_i + m_i: the lowest IR-feasible one.
+  lowest = np.searchsorted(values, c + margin, side='left')
   feasible = lowest < values.size
   lowest = np.where(feasible, lowest, values.size - 1)
   return _Problem(
@@ -383,6 +398,7 @@ def solve_exact(
     cost: Optional[AllocationCost] = None,
     min_width: Optional[float] = None,
     max_width: Optional[float] = None,
+    ir_margin: Any = 0.0,
 ) -> Allocation:
   """Optimal allocation for the default cost, by the common-target sweep.
 
@@ -394,6 +410,7 @@ def solve_exact(
       is refused, since the sweep's optimality proof holds only for it.
     min_width: Serve only widths >= this (the paper's p_min); `None`: all.
     max_width: Serve only widths <= this (p_max); `None`: all.
+    ir_margin: `m_i >= 0`, one number or (N,): IR asks `a_i >= c_i + m_i`.
 
   Returns:
     An `Allocation` with `solver='exact'`; `stats['candidates']` is the
@@ -410,7 +427,8 @@ def solve_exact(
         f' (Var[u] / (mean[u] + eps)); got {_cost_name(cost)}. Use'
         f" solve_annealing (allocate(..., solver='annealing')) for other"
         f' costs.')
-  problem = _prepare(contributions, widths, accuracies, min_width, max_width)
+  problem = _prepare(contributions, widths, accuracies, min_width, max_width,
+                     ir_margin)
   value_index, candidates = _sweep(problem, cost)
   return _finish(problem, value_index, cost, 'exact',
                  {'candidates': candidates})
@@ -644,6 +662,7 @@ def solve_annealing(
     start: str = 'auto',
     min_width: Optional[float] = None,
     max_width: Optional[float] = None,
+    ir_margin: Any = 0.0,
 ) -> Allocation:
   """Simulated annealing over per-client levels, for any cost.
 
@@ -676,6 +695,7 @@ def solve_annealing(
       any other.
     min_width: Serve only widths >= this (p_min); `None`: all.
     max_width: Serve only widths <= this (p_max); `None`: all.
+    ir_margin: `m_i >= 0`, one number or (N,): IR asks `a_i >= c_i + m_i`.
 
   Returns:
     An `Allocation` with `solver='annealing'` and the chain's details in
@@ -685,7 +705,8 @@ def solve_annealing(
     ValueError: Bad inputs or options, or no admissible allocation.
   """
   cost = _default_or(cost)
-  problem = _prepare(contributions, widths, accuracies, min_width, max_width)
+  problem = _prepare(contributions, widths, accuracies, min_width, max_width,
+                     ir_margin)
   if iterations is None:
     iterations = max(200_000, 100 * problem.num_clients)
   if isinstance(iterations, bool) or not isinstance(
@@ -726,6 +747,7 @@ def allocate(
     cost: Optional[AllocationCost] = None,
     min_width: Optional[float] = None,
     max_width: Optional[float] = None,
+    ir_margin: Any = 0.0,
     **annealing_options: Any,
 ) -> Allocation:
   """Allocates one width per client; the entry point.
@@ -742,6 +764,8 @@ def allocate(
       (annealing only).
     min_width: Serve only widths >= this (the paper's p_min).
     max_width: Serve only widths <= this (p_max).
+    ir_margin: `m_i >= 0`, one number or (N,) (one per client): IR asks
+      `a_i >= c_i + m_i`.
     **annealing_options: `iterations`, `initial_temperature`, `cooling`,
       `seed`, `start` for `solve_annealing`.
 
@@ -759,9 +783,10 @@ def allocate(
           f"options {sorted(annealing_options)} only apply to"
           f" solver='annealing'.")
     return solve_exact(contributions, widths, accuracies, cost=cost,
-                       min_width=min_width, max_width=max_width)
+                       min_width=min_width, max_width=max_width,
+                       ir_margin=ir_margin)
   if solver == 'annealing':
     return solve_annealing(contributions, widths, accuracies, cost=cost,
                            min_width=min_width, max_width=max_width,
-                           **annealing_options)
+                           ir_margin=ir_margin, **annealing_options)
   raise ValueError(f"solver must be 'exact' or 'annealing'; got {solver!r}.")

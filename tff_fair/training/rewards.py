@@ -12,21 +12,29 @@ After federated slimmable training the server
    compares like with like);
 3. allocates one width per client with `tff_fair.fairness.allocation`
    (IR, low variance and high mean of the gains a_i - c_i, a_i read off
-   the curve);
+   the curve). IR asks a_i >= c_i + m_i: the margin m_i (`ir_margins`) is
+   the held-out set's sampling noise at the chosen confidence, so that IR
+   holds on data the width was not chosen on, not only on the held-out
+   set (where the narrowest width that clears c_i is, more often than not,
+   one the noise flattered);
 4. gives each client the global model at its width and measures it on a
    second common set (the server's held-out test set, or the clients' test
    splits pooled): the accuracy the fairness report compares with the
-   contributions. It is disjoint from the first unless the clients have no
-   validation splits; measuring where the width was chosen would reward
-   the curve's noise. The recipe also measures each model on its client's
-   own test split (`write_tables` reports it beside).
+   contributions measured on that same set (the standalone models'
+   accuracy there; supplied contributions as given). It is disjoint from
+   the first unless the clients have no validation splits; measuring where
+   the width was chosen would reward the curve's noise. The recipe also
+   measures each model on its client's own test split (`write_tables`
+   reports it beside).
 """
 
 import csv
 import dataclasses
 import json
 import os
+import statistics
 from collections.abc import Mapping, Sequence
+from typing import Optional
 
 from absl import logging
 import numpy as np
@@ -54,8 +62,14 @@ class Rewards:
     client_ids: Clients, in the allocation's order.
     test_curve: Accuracy of the global model at each width on the reward
       test set.
+    ir_confidence: The confidence the margins were set for.
+    ir_margins: (N,) how far each client's held-out reward had to clear
+      its contribution (`ir_margins`).
+    test_contributions: Client id -> the contribution the report compares
+      with: measured on the reward test set where the caller measured it,
+      else `contributions`.
     report: Fairness of the rewarded models' reward-test accuracies against
-      the contributions.
+      `test_contributions`.
   """
 
   widths: tuple[float, ...]
@@ -64,7 +78,43 @@ class Rewards:
   allocation: allocation_lib.Allocation
   client_ids: tuple[str, ...]
   test_curve: np.ndarray
+  ir_confidence: float
+  ir_margins: np.ndarray
+  test_contributions: Mapping[str, float]
   report: fairness_metrics.FairnessReport
+
+
+def ir_margins(contributions: np.ndarray, held_out_size: int,
+               confidence: float, contributions_measured: bool) -> np.ndarray:
+  """Margins m_i such that a_i >= c_i + m_i holds beyond the held-out set.
+
+  An accuracy p measured on n examples has standard error
+  sqrt(p (1 - p) / n). The curve's accuracy a_i is such an estimate, and so
+  is c_i when it was measured on the same held-out set (standalone
+  accuracy); near the threshold a_i ~ c_i, so their difference has
+  standard error sqrt(k c_i (1 - c_i) / n), k = 2 for two estimates and
+  1 for a curve against a given contribution. The margin is z of those,
+  z the standard normal quantile of `confidence` (one-sided): 0.5 gives
+  z = 0, IR on the held-out set only (the paper's rule).
+
+  Args:
+    contributions: (N,) c_i, accuracies in [0, 1] when measured.
+    held_out_size: Examples behind each held-out accuracy.
+    confidence: In [0.5, 1).
+    contributions_measured: Whether c_i were measured on the held-out set
+      (else they are taken as exact).
+
+  Returns:
+    (N,) margins >= 0.
+  """
+  if not 0.5 <= confidence < 1:
+    raise ValueError(f'confidence must lie in [0.5, 1); got {confidence}.')
+  if held_out_size < 1:
+    raise ValueError(f'held_out_size must be >= 1, got {held_out_size}.')
+  z = statistics.NormalDist().inv_cdf(confidence)
+  p = np.clip(np.asarray(contributions, np.float64), 0.0, 1.0)
+  estimates = 2 if contributions_measured else 1
+  return z * np.sqrt(estimates * p * (1 - p) / held_out_size)
 
 
 def width_evaluator(build_keras, width: float) -> per_client.ClientEvaluator:
@@ -108,6 +158,8 @@ def assign_rewards(
     contributions: Mapping[str, float],
     reward_test: tuple[np.ndarray, np.ndarray],
     *,
+    test_contributions: Optional[Mapping[str, float]] = None,
+    ir_confidence: float = 0.5,
     solver: str = 'exact',
     annealing_iterations: int = 0,
     seed: int = 0,
@@ -122,6 +174,11 @@ def assign_rewards(
     contributions: Client id -> c_i for every client to reward.
     reward_test: Common `(x, y)` the rewarded models are measured on
       (step 4).
+    test_contributions: Client id -> c_i measured on `reward_test`, when
+      the contributions are accuracies measured on `held_out` (standalone
+      models); `None` when they were supplied, and are taken as exact.
+    ir_confidence: Confidence in [0.5, 1) that IR holds beyond the
+      held-out set (`ir_margins`); 0.5: on the held-out set only.
     solver: 'exact' or 'annealing'.
     annealing_iterations: Annealer iterations (0: its default).
     seed: The annealer's seed.
@@ -132,6 +189,8 @@ def assign_rewards(
   curve = width_accuracy_curve(build_keras, weights, widths, *held_out)
   client_ids = tuple(contributions)
   c = np.array([contributions[cid] for cid in client_ids])
+  margins = ir_margins(c, len(held_out[1]), ir_confidence,
+                       contributions_measured=test_contributions is not None)
   options = {}
   if solver == 'annealing':
     options = dict(seed=seed)
@@ -139,7 +198,8 @@ def assign_rewards(
       options['iterations'] = annealing_iterations
   try:
     allocation = allocation_lib.allocate(c, np.asarray(widths), curve,
-                                         solver=solver, **options)
+                                         solver=solver, ir_margin=margins,
+                                         **options)
   except allocation_lib.NoAdmissibleAllocation as e:
     # The global model is worse than what most clients reach alone (e.g.
     # too few rounds): no allocation has a positive mean gain. Documented
@@ -149,10 +209,13 @@ def assign_rewards(
     allocation = _best_width_for_all(c, np.asarray(widths), curve)
   test_curve = width_accuracy_curve(build_keras, weights, widths,
                                     *reward_test)
+  test_contributions = dict(test_contributions or contributions)
   report = fairness_metrics.fairness_report(
-      c, test_curve[np.asarray(allocation.level)])
+      [test_contributions[cid] for cid in client_ids],
+      test_curve[np.asarray(allocation.level)])
   return Rewards(tuple(widths), curve, dict(contributions), allocation,
-                 client_ids, test_curve, report)
+                 client_ids, test_curve, ir_confidence, margins,
+                 test_contributions, report)
 
 
 def _best_width_for_all(
@@ -271,11 +334,14 @@ def write_tables(
   rows = []
   for i, cid in enumerate(rewards.client_ids):
     accuracy = float(rewards.test_curve[rewards.allocation.level[i]])
+    test_contribution = rewards.test_contributions[cid]
     rows.append(dict(
         client=cid, contribution=rewards.contributions[cid],
+        ir_margin=float(rewards.ir_margins[i]),
         width=float(rewards.allocation.width[i]),
         held_out_accuracy=float(rewards.allocation.accuracy[i]),
-        accuracy=accuracy, gain=accuracy - rewards.contributions[cid],
+        test_contribution=test_contribution,
+        accuracy=accuracy, gain=accuracy - test_contribution,
         own_test_accuracy=own_test[cid].accuracy))
   def write_rows(f):
     writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -286,18 +352,21 @@ def write_tables(
                          write_rows)
   fairness = dict(
       rewards.report.as_dict(),
+      ir_confidence=rewards.ir_confidence,
       allocation_cost=rewards.allocation.cost,
       allocation_solver=rewards.allocation.solver,
       ir_infeasible=[rewards.client_ids[i]
                      for i in rewards.allocation.ir_infeasible])
   files.write_atomically(os.path.join(output_dir, 'aequa_fairness.json'),
                          lambda f: json.dump(fairness, f, indent=2))
-  lines = [f'{"client":<24}{"contrib.":>9}{"width":>7}{"accuracy":>10}'
-           f'{"gain":>8}{"own test":>10}']
+  lines = [f'{"client":<24}{"contrib.":>9}{"margin":>8}{"width":>7}'
+           f'{"test contrib.":>14}{"accuracy":>10}{"gain":>8}'
+           f'{"own test":>10}']
   for r in rows:
     lines.append(f'{r["client"]:<24}{r["contribution"]:>9.4f}'
-                 f'{r["width"]:>7.2f}{r["accuracy"]:>10.4f}{r["gain"]:>8.4f}'
-                 f'{r["own_test_accuracy"]:>10.4f}')
+                 f'{r["ir_margin"]:>8.4f}{r["width"]:>7.2f}'
+                 f'{r["test_contribution"]:>14.4f}{r["accuracy"]:>10.4f}'
+                 f'{r["gain"]:>8.4f}{r["own_test_accuracy"]:>10.4f}')
   report = rewards.report
   lines.append(
       f'Pearson(accuracy, contribution)={report.pearson:.4f}  mean gain='

@@ -59,6 +59,8 @@ class Settings(WidthSettings):
       Allocation stays cheap; the curve costs two
       evaluations per width (held-out and reward test sets).
     allocation_solver: 'exact' (common-target sweep) or 'annealing'.
+    ir_confidence: Confidence that IR holds beyond the held-out set
+      (`tff_fair.training.rewards.ir_margins`).
     annealing_iterations: Iterations of the annealer (0: its default).
     contributions_file: JSON {client_id: contribution} for every client.
       '' (default): each client trains a model alone
@@ -83,6 +85,14 @@ class Settings(WidthSettings):
       resumable=True)
   annealing_iterations: int = config_lib.setting(
       0, 'annealer iterations (0: its default).', resumable=True)
+  ir_confidence: float = config_lib.setting(
+      0.95, 'confidence, in [0.5, 1), that each reward is at least its'
+      " client's contribution on data the width was not chosen on: a"
+      " width's held-out accuracy must clear the contribution by the"
+      " held-out set's sampling noise at this confidence. 0.5: no margin,"
+      " IR on the held-out set only (the paper's rule): on unseen data a"
+      " reward can then fall short of the client's standalone accuracy.",
+      resumable=True)
   contributions_file: str = config_lib.setting(
       '', 'JSON {client_id: contribution} for every client. Default:'
       " each client trains a model alone and its contribution is that"
@@ -98,6 +108,10 @@ class Settings(WidthSettings):
     if not 0 < self.width_step <= 1:
       raise config_lib.ConfigError(
           f'width_step must be in (0, 1], got {self.width_step}.')
+    if not 0.5 <= self.ir_confidence < 1:
+      raise config_lib.ConfigError(
+          f'ir_confidence must lie in [0.5, 1), got {self.ir_confidence}:'
+          ' 0.5 for no IR margin, e.g. 0.95 for a one-sided 95% one.')
     if self.annealing_iterations < 0:
       raise config_lib.ConfigError(
           'annealing_iterations must be >= 0, got'
@@ -157,6 +171,7 @@ class Aequa(recipe.Recipe):
     data = context.experiment.data
     evaluations = super().final_evaluations(state, global_weights)
     held_out, reward_test = context.common_held_out()
+    test_contributions = None
     if settings.contributions_file:
       contributions = experiment_lib.load_client_values(
           settings.contributions_file, data.client_ids, 'contribution')
@@ -164,9 +179,16 @@ class Aequa(recipe.Recipe):
       models, contributions = context.standalone_contributions(held_out)
       evaluations.update(context.final_metrics(
           'standalone', models, variant=experiment_lib.PLAIN))
+      on_reward_test = context.variant_evaluator(
+          experiment_lib.PLAIN).evaluate_clients(
+          models, context.client_ids, lambda _: reward_test)
+      test_contributions = {cid: m.accuracy
+                            for cid, m in on_reward_test.items()}
     rewards = rewards_lib.assign_rewards(
         context.experiment.model_spec.build_keras, global_weights,
         settings.width_grid(), held_out, contributions, reward_test,
+        test_contributions=test_contributions,
+        ir_confidence=settings.ir_confidence,
         solver=settings.allocation_solver,
         annealing_iterations=settings.annealing_iterations, seed=config.seed)
     evaluations.update(context.final_metrics(
