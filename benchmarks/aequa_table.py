@@ -29,7 +29,9 @@ contributions). Per case:
   standalone accuracy, both on the common test set (IAFL's protocol, the
   paper's), with the spread (max - min) of the standalone accuracies
   beside it: where they are nearly equal, Pearson is ill-conditioned;
-* Aequa's IR violations and collaboration gain spread (aequa_fairness.json).
+* Aequa's IR violations and collaboration gain spread (aequa_fairness.json:
+  each reward against the client's standalone model on the common test
+  set, the allocation made with 95% IR margins, `--ir_confidence`).
 
 Every case is its own resumable directory under `--output_dir`; an
 interrupted case resumes. A finished case leaves its figures and wall time
@@ -88,8 +90,13 @@ PARTITIONS = {
 }
 # Method -> (algorithm, its settings, the kind of each client's reward,
 # the kind of the global model or None).
+# Aequa's IR rule (its recipe's default). A record made under another rule
+# is not read back: the case's Aequa run re-rewards (no retraining when its
+# run directory survives) and the case is recorded again.
+AEQUA_IR_CONFIDENCE = 0.95
 METHODS = {
-    'aequa': ('aequa', {}, 'aequa', 'global'),
+    'aequa': ('aequa', {'ir_confidence': AEQUA_IR_CONFIDENCE}, 'aequa',
+              'global'),
     'aequa_rewards': ('aequa_rewards', {}, 'aequa_rewards', 'global'),
     'fedavg_ft': ('fedavg_ft', {}, 'fine_tuned', 'global'),
     'cgsv': ('cgsv', {}, 'personalized', 'global'),
@@ -197,7 +204,8 @@ def _case_settings(dataset: str, partition: str, seed: int) -> dict[str, Any]:
   """What a case's figures depend on: a record of other settings is not
   read back."""
   return dict(dataset=dataset, partition=partition, seed=seed,
-              rounds=_ROUNDS.value, source_examples=_SOURCE_EXAMPLES.value)
+              rounds=_ROUNDS.value, source_examples=_SOURCE_EXAMPLES.value,
+              aequa_ir_confidence=AEQUA_IR_CONFIDENCE)
 
 
 def _case(dataset: str, partition: str, seed: int) -> dict[str, Any]:
