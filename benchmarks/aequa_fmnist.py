@@ -26,9 +26,10 @@ Per partition:
   contribution (its standalone model's accuracy on the server's validation
   set, where the width-accuracy curve is measured too), and the
   collaboration gain spread (max gain - min gain): for Aequa the global
-  model at the allocated width on the server's test set (from the run's
-  aequa_fairness.json); for FedAvg + fine-tuning each client's fine-tuned
-  model on its own test split.
+  model at the allocated width against the standalone model, both on the
+  server's test set (the run's aequa_fairness.json, with its IR
+  violations); for FedAvg + fine-tuning each client's fine-tuned model on
+  its own test split.
 
 Then the slimmable step-time ratio (CIFAR CNN, batch 64, width 0.25 vs 1.0;
 one client on every core, four clients at once as in a round, and one
