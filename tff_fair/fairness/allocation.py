@@ -24,8 +24,9 @@ Rules the paper leaves open, decided here:
   wider model that is less accurate than a narrower one is still a level of
   its own and may be served when its accuracy value is the one needed.
 * IR-infeasible clients (`c_i + m_i` above the best accuracy on the
-  curve) cannot be promised a gain: they receive the best (most accurate) model, never move, and their
-  negative gains count in the cost. An allocation with `mean[u] + eps <= 0`
+  curve) cannot be promised a gain: they receive the best (most accurate)
+  model and never move; their gains (negative when `c_i` too is above the
+  best accuracy) count in the cost. An allocation with `mean[u] + eps <= 0`
   is inadmissible (cost +inf); when even everyone-gets-the-best is
   inadmissible no allocation exists and `ValueError` is raised.
 * IR is checked exactly: `a_i >= c_i + m_i` in floating point, no
