@@ -15,8 +15,8 @@ After federated slimmable training the server
    the curve). IR asks a_i >= c_i + m_i: the margin m_i (`ir_margins`) is
    the held-out set's sampling noise at the chosen confidence, so that IR
    holds on data the width was not chosen on, not only on the held-out
-   set (where the narrowest width that clears c_i is, more often than not,
-   one the noise flattered);
+   set (where the narrowest width that clears c_i is often one the noise
+   flattered);
 4. gives each client the global model at its width and measures it on a
    second common set (the server's held-out test set, or the clients' test
    splits pooled): the accuracy the fairness report compares with the
