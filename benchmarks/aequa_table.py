@@ -15,8 +15,9 @@ test examples a client; the quantity skew keeps its proportions), each
 data set's default architecture and rates, one local epoch, and each data
 set's round budget (`ROUNDS`: 20 for the digits and clothes, 60 for the
 CIFAR data sets and SST-2, whose models are still near chance after 20
-rounds; `--rounds` sets one budget for all). The paper trains more clients for more rounds; the
-comparison (six methods on the same clients, data and seed) is the same.
+rounds; `--rounds` sets one budget for all). The paper trains more clients
+for more rounds; the comparison (six methods on the same clients, data and
+seed) is the same.
 
 Methods, each its run: post-training Aequa (`aequa`), training-time Aequa
 (`aequa_rewards`), FedAvg + fine-tuning (`fedavg_ft`), CGSV, IAFL and
