@@ -140,6 +140,7 @@ _COLUMNS = (
     report.Column('global_accuracy', 'global acc.', '.4f'),
     report.Column('global_balanced_accuracy', 'global bal. acc.', '.4f'),
     report.Column('pearson', 'Pearson', '.4f'),
+    report.Column('pearson_seeds', 'seeds with Pearson'),
     report.Column('pearson_spread', '± (seeds)', '.4f'),
     report.Column('standalone_spread', 'standalone spread', '.4f'),
     report.Column('ir_violations', 'IR violations', '.1f'),
@@ -276,7 +277,10 @@ def _rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
   for (dataset, partition), seeds in by_case.items():
     for method in ('standalone', *METHODS):
       figures = [s['methods'][method] for s in seeds]
-      pearsons = [f['pearson'] for f in figures]
+      # Undefined (NaN) where a method rewards every client alike: the
+      # mean and spread are over the seeds where it is defined.
+      pearsons = [f['pearson'] for f in figures
+                  if not np.isnan(f['pearson'])]
       rows.append(dict(
           dataset=dataset, partition=partition, method=method,
           seeds=len(seeds),
@@ -284,8 +288,9 @@ def _rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
           global_balanced_accuracy=_mean(
               [f.get('global_balanced_accuracy') for f in figures]),
           pearson=_mean(pearsons),
+          pearson_seeds=len(pearsons),
           pearson_spread=(max(pearsons) - min(pearsons)
-                          if len(seeds) > 1 else None),
+                          if len(pearsons) > 1 else None),
           standalone_spread=_mean([s['standalone_spread'] for s in seeds]),
           ir_violations=_mean([f.get('ir_violations') for f in figures]),
           gain_spread=_mean([f.get('gain_spread') for f in figures]),
