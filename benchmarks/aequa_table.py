@@ -60,6 +60,7 @@ quiet_startup.import_tensorflow_quietly()
 import csv
 import itertools
 import json
+import math
 import os
 import time
 from typing import Any, Optional
@@ -227,8 +228,23 @@ def _case_settings(dataset: str, partition: str, seed: int) -> dict[str, Any]:
               aequa_ir_confidence=AEQUA_IR_CONFIDENCE)
 
 
-def _case(dataset: str, partition: str, seed: int) -> dict[str, Any]:
-  """Reads one case's record, or runs the case and records its figures."""
+def _first_non_finite_round(run_dir: str) -> Optional[int]:
+  """The first round whose training loss is not finite, if any."""
+  with open(os.path.join(run_dir, 'metrics.csv')) as f:
+    for row in csv.DictReader(f):
+      if row.get('train_loss') and not math.isfinite(float(row['train_loss'])):
+        return int(row['round'])
+  return None
+
+
+def _case(dataset: str, partition: str,
+          seed: int) -> Optional[dict[str, Any]]:
+  """Reads one case's record, or runs the case and records its figures.
+
+  A case in which a method's model diverged is named in the log and not
+  recorded: the accuracies of a diverged model (near chance) would enter
+  the table as if they were results.
+  """
   name = _case_name(dataset, partition, seed)
   if figures := run_records.load(_records_dir(), name, _case_settings(
       dataset, partition, seed)):
@@ -238,6 +254,16 @@ def _case(dataset: str, partition: str, seed: int) -> dict[str, Any]:
   case_dir = os.path.join(_OUTPUT_DIR.value, name, f'{_rounds(dataset)}_rounds')
   start = time.monotonic()
   finals = {m: _run(case_dir, dataset, partition, seed, m) for m in METHODS}
+  diverged = {m: r for m in METHODS if (r := _first_non_finite_round(
+      os.path.join(case_dir, m))) is not None}
+  if diverged:
+    logging.error(
+        'Case %s:%s, seed %d, not recorded: the training loss stopped being'
+        ' finite (%s). Lower the data set\'s learning rate or its round'
+        ' budget (ROUNDS) and run the case again in a fresh --output_dir.',
+        dataset, partition, seed, ', '.join(
+            f'{m} from round {r}' for m, r in diverged.items()))
+    return None
   standalone = finals['aequa']['standalone' + COMMON_TEST]
   clients = sorted(standalone)
   alone = np.array([standalone[c][0] for c in clients])
