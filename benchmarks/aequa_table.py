@@ -241,7 +241,8 @@ def _first_non_finite_round(run_dir: str) -> Optional[int]:
   """The first round whose training loss is not finite, if any."""
   with open(os.path.join(run_dir, 'metrics.csv')) as f:
     for row in csv.DictReader(f):
-      if row.get('train_loss') and not math.isfinite(float(row['train_loss'])):
+      loss = row.get('train_loss')
+      if loss and not math.isfinite(float(loss)):
         return int(row['round'])
   return None
 
@@ -260,7 +261,8 @@ def _case(dataset: str, partition: str,
     return figures
   # A run directory per budget: another --rounds starts afresh beside it
   # instead of meeting a checkpoint of other settings.
-  case_dir = os.path.join(_OUTPUT_DIR.value, name, f'{_rounds(dataset)}_rounds')
+  case_dir = os.path.join(_OUTPUT_DIR.value, name,
+                          f'{_rounds(dataset)}_rounds')
   start = time.monotonic()
   finals = {m: _run(case_dir, dataset, partition, seed, m) for m in METHODS}
   diverged = {m: r for m in METHODS if (r := _first_non_finite_round(
