@@ -62,7 +62,6 @@ quiet_startup.import_tensorflow_quietly()
 import csv
 import itertools
 import json
-import math
 import os
 import time
 from typing import Any, Optional
@@ -237,16 +236,6 @@ def _case_settings(dataset: str, partition: str, seed: int) -> dict[str, Any]:
               **DATASET_SETTINGS.get(dataset, {}))
 
 
-def _first_non_finite_round(run_dir: str) -> Optional[int]:
-  """The first round whose training loss is not finite, if any."""
-  with open(os.path.join(run_dir, 'metrics.csv')) as f:
-    for row in csv.DictReader(f):
-      loss = row.get('train_loss')
-      if loss and not math.isfinite(float(loss)):
-        return int(row['round'])
-  return None
-
-
 def _case(dataset: str, partition: str,
           seed: int) -> Optional[dict[str, Any]]:
   """Reads one case's record, or runs the case and records its figures.
@@ -265,7 +254,7 @@ def _case(dataset: str, partition: str,
                           f'{_rounds(dataset)}_rounds')
   start = time.monotonic()
   finals = {m: _run(case_dir, dataset, partition, seed, m) for m in METHODS}
-  diverged = {m: r for m in METHODS if (r := _first_non_finite_round(
+  diverged = {m: r for m in METHODS if (r := run_files.diverged_round(
       os.path.join(case_dir, m))) is not None}
   if diverged:
     logging.error(
