@@ -22,6 +22,7 @@ from tff_fair.fairness import contribution
 from tff_fair.training import config as config_lib
 from tff_fair.training import experiment as experiment_lib
 from tff_fair.training import rewards as rewards_lib
+from tff_fair.training import run_context
 from tff_fair.training.recipes import recipe
 
 ALLOCATION_SOLVERS = ('exact', 'annealing')
@@ -177,11 +178,14 @@ class Aequa(recipe.Recipe):
           settings.contributions_file, data.client_ids, 'contribution')
     else:
       models, contributions = context.standalone_contributions(held_out)
-      evaluations.update(context.final_metrics(
-          'standalone', models, variant=experiment_lib.PLAIN))
-      on_reward_test = context.variant_evaluator(
-          experiment_lib.PLAIN).evaluate_clients(
-          models, context.client_ids, lambda _: reward_test)
+      standalone = context.final_metrics(
+          'standalone', models, variant=experiment_lib.PLAIN)
+      evaluations.update(standalone)
+      # The common test set is `reward_test`: measured already when the
+      # run evaluates on it.
+      on_reward_test = standalone.get(
+          'standalone' + run_context.COMMON_TEST) or context.evaluate(
+              models, common=True, variant=experiment_lib.PLAIN)
       test_contributions = {cid: m.accuracy
                             for cid, m in on_reward_test.items()}
     rewards = rewards_lib.assign_rewards(
