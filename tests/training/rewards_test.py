@@ -55,10 +55,11 @@ class IrMarginsTest(parameterized.TestCase):
     short_without, short_with = 0, 0
     for _ in range(200):
       held_out = rng.binomial(600, truth) / 600
+      # The contributions' own estimates, on the same 600 examples; both
+      # rules allocate on the same draws.
+      c_hat = rng.binomial(600, c) / 600
       for confidence in (0.5, 0.95):
         margins = rewards.ir_margins(c, 600, confidence, True)
-        # The contributions' own estimates, on the same 600 examples.
-        c_hat = rng.binomial(600, c) / 600
         result = allocation.allocate(c_hat, widths, held_out,
                                      ir_margin=margins)
         feasible = np.setdiff1d(np.arange(c.size), result.ir_infeasible)
@@ -67,7 +68,7 @@ class IrMarginsTest(parameterized.TestCase):
           short_without += short
         else:
           short_with += short
-    # 66 and 7 of the 800 rewards with this seed.
+    # 69 and 7 of the 800 rewards with this seed.
     self.assertGreater(short_without, 40)
     self.assertLess(short_with, short_without / 5)
 
