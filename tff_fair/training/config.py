@@ -50,7 +50,10 @@ class DatasetDefaults:
   (tests/training/defaults_learn_test.py) and by the literature's settings:
   TFF's and LEAF's character LSTM trains by SGD at a learning rate near 1
   on small batches; a 62-class FEMNIST LeNet and the 8x8 digits learn too
-  slowly at 0.05; SST-2's text CNN (embeddings) needs a high rate.
+  slowly at 0.05. SST-2's text CNN at 0.25 is within a point of 1.0 after
+  that test's 5 rounds (0.569 against 0.576) and its loss stayed finite
+  over 60 rounds in every case of benchmarks/aequa_table.py, where 1.0
+  (homogeneous) and 0.5 (quantity skew) diverged.
   """
 
   model: str
@@ -64,7 +67,7 @@ DATASET_DEFAULTS = {
     'digits': DatasetDefaults('lenet', 0.1, 32),
     'femnist': DatasetDefaults('lenet', 0.1, 32),
     'cifar10': DatasetDefaults('cifar_cnn', 0.05, 32),
-    'sst2': DatasetDefaults('text_cnn', 1.0, 32),
+    'sst2': DatasetDefaults('text_cnn', 0.25, 32),
     'shakespeare': DatasetDefaults('char_lstm', 1.0, 4),
 }
 
