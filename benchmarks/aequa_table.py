@@ -16,8 +16,8 @@ test examples a client; the quantity skew keeps its proportions), each
 data set's default architecture and rates, one local epoch, and each data
 set's round budget (`ROUNDS`: 20 for the digits and clothes, 60 for the
 CIFAR data sets and SST-2, whose models are still near chance after 20
-rounds; `--rounds` sets one budget for all), SST-2's client learning rate
-0.5 instead of its default 1.0 (`DATASET_SETTINGS`). The paper trains more
+rounds; `--rounds` sets one budget for all), and SST-2's client learning
+rate 0.25 named in its records (`DATASET_SETTINGS`). The paper trains more
 clients for more rounds; the comparison (six methods on the same clients,
 data and seed) is the same.
 
@@ -116,10 +116,13 @@ COMMON_TEST = run_context.COMMON_TEST
 # SST-2's below the clients' standalone models even when homogeneous.
 ROUNDS = {'cifar10': 60, 'cifar100': 60, 'sst2': 60}
 _DEFAULT_ROUNDS = 20
-# Settings a data set's cases change from its defaults. SST-2's rate 1.0
-# made Aequa's slimmable text CNN diverge (loss NaN from round 37 of 60 on
-# the homogeneous split); at 0.5 it stays finite and learns faster.
-DATASET_SETTINGS = {'sst2': dict(client_learning_rate=0.5)}
+# Settings a data set's cases fix, so that its records name them and a
+# change of the library's defaults cannot pass for the recorded runs.
+# SST-2's text CNN diverged within 60 rounds at rate 1.0 (Aequa's
+# slimmable model from round 37 on the homogeneous split) and at 0.5 under
+# quantity skew (Aequa from round 28, FedAvg-FT and IAFL at 59), where the
+# two large clients take four times the others' local steps a round.
+DATASET_SETTINGS = {'sst2': dict(client_learning_rate=0.25)}
 _THREE_SEEDS = ('mnist', 'fashion_mnist')
 
 _OUTPUT_DIR = flags.DEFINE_string('output_dir', 'runs/aequa_table',
