@@ -198,8 +198,8 @@ def _record_machines(results: dict[str, Any]) -> str:
   if not others:
     return ''
   named = '; '.join(f'{m["cpu"]}, {m["cores"]} cores' for m in others)
-  return (' Figures read back from run records'
-          f' (benchmarks/run_records.py) were measured on: {named}.')
+  return (' Of the run records it read back (benchmarks/run_records.py),'
+          f' some were measured elsewhere: {named}.')
 
 
 def _wrapped(command: str, width: int = 76) -> str:
