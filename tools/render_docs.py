@@ -197,7 +197,9 @@ def _record_machines(results: dict[str, Any]) -> str:
   others = results.get('record_machines', [])
   if not others:
     return ''
-  named = '; '.join(f'{m["cpu"]}, {m["cores"]} cores' for m in others)
+  # Memory too: two machines may differ only in it.
+  named = '; '.join(f'{m["cpu"]}, {m["cores"]} cores, {m["memory_gib"]} GiB'
+                    for m in others)
   return (' Of the run records it read back (benchmarks/run_records.py),'
           f' some were measured elsewhere: {named}.')
 
