@@ -133,6 +133,15 @@ _CASES = (
      lambda out, files: dict(contributions_file=_file(
          files, _values(client_9999=0.1))),
      ['client_9999', 'does not have']),
+    ('iafl_contributions_missing_client', dict(algorithm='iafl'),
+     lambda out, files: dict(contributions_file=_file(
+         files, json.dumps({'client_0000': 0.5}))),
+     ['has no contribution for 3 client(s)']),
+    ('iafl_contributions_and_data_size', dict(algorithm='iafl',
+                                              iafl_contribution='data_size'),
+     lambda out, files: dict(contributions_file=_file(files, _values())),
+     ['--iafl_contribution=data_size', '--contributions_file',
+      'give one of them']),
     ('contributions_not_an_object', dict(algorithm='aequa'),
      lambda out, files: dict(contributions_file=_file(files, '[0.5, 0.5]')),
      ['JSON list', 'JSON object']),

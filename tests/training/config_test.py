@@ -98,7 +98,7 @@ class RunConfigTest(parameterized.TestCase):
                                           personal_learning_rate=0.3),
        'ditto or fedrep'),
       ('contributions_file', 'ditto', dict(contributions_file='c.json'),
-       'aequa'),
+       'aequa or iafl'),
       ('width_step', 'standalone', dict(width_step=0.05), 'aequa'),
       ('p_min', 'standalone', dict(p_min=0.2), 'aequa or aequa_rewards'),
       ('finetune_epochs', 'ditto', dict(finetune_epochs=3), 'fedavg_ft'),

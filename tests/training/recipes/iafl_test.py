@@ -33,6 +33,8 @@ class IaflTest(tff_test_utils.TffTestCase):
         (dict(iafl_reset_probability=-0.1),
          r'iafl_reset_probability must be in \[0, 1\]'),
         (dict(iafl_contribution='shapley'), 'Unknown iafl_contribution'),
+        (dict(iafl_contribution='data_size', contributions_file='c.json'),
+         'both give the contributions'),
     ):
       with self.subTest(overrides), self.assertRaisesRegex(
           config_lib.ConfigError, message):
@@ -91,6 +93,27 @@ class IaflTest(tff_test_utils.TffTestCase):
     with open(os.path.join(split_dir, 'iafl_contributions', 'manifests',
                            'v3.json')) as f:
       self.assertEqual(json.load(f)['value'], contributions)
+
+  def test_contributions_file_replaces_standalone_training(self):
+    out = self.create_tempdir().full_path
+    given = {'client_0000': 0.9, 'client_0001': 0.05, 'client_0002': 0.3,
+             'client_0003': 0.0}
+    path = os.path.join(self.create_tempdir().full_path, 'contributions.json')
+    with open(path, 'w') as f:
+      json.dump(given, f)
+    with mock.patch.object(run_context.RunContext,
+                           'standalone_contributions') as measure:
+      driver.run(_config(out, rounds=1, contributions_file=path))
+    measure.assert_not_called()
+    rows = _rows(out)
+    self.assertEqual({row['client']: float(row['contribution'])
+                      for row in rows}, given)
+    # k = ceil((p / 0.9)^0.5 * 3): 3, ceil(0.71), ceil(1.73) and 0 (a zero
+    # contribution receives no one's update).
+    self.assertEqual({row['client']: int(row['others_shared'])
+                      for row in rows},
+                     {'client_0000': 3, 'client_0001': 1, 'client_0002': 2,
+                      'client_0003': 0})
 
   def test_data_size_and_full_sharing(self):
     out = self.create_tempdir().full_path

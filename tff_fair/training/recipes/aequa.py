@@ -16,6 +16,7 @@ after training, so a finished run may be re-rewarded with other ones.
 import dataclasses
 import math
 import os
+from typing import Any
 
 from tff_fair.algorithms import aequa as aequa_lib
 from tff_fair.fairness import contribution
@@ -26,6 +27,21 @@ from tff_fair.training import run_context
 from tff_fair.training.recipes import recipe
 
 ALLOCATION_SOLVERS = ('exact', 'annealing')
+
+
+def contributions_file_setting(resumable: bool) -> Any:
+  """The `contributions_file` field of a settings dataclass (Aequa's and
+  IAFL's: one name, one meaning)."""
+  return config_lib.setting(
+      '', 'JSON {client_id: contribution} for every client, used instead of'
+      ' measured contributions. Default: aequa trains each client alone and'
+      " scores its model on the common held-out set the width-accuracy curve"
+      " is measured on (the server's validation set with"
+      " --server_held_out_examples, else all clients' validation splits"
+      " pooled); iafl as --iafl_contribution says. An aequa run lists the"
+      ' contributions it measured in aequa_allocation.csv.',
+      resumable=resumable)
+
 
 @dataclasses.dataclass(frozen=True)
 class WidthSettings:
@@ -94,13 +110,7 @@ class Settings(WidthSettings):
       " IR on the held-out set only (the paper's rule): on unseen data a"
       " reward can then fall short of the client's standalone accuracy.",
       resumable=True)
-  contributions_file: str = config_lib.setting(
-      '', 'JSON {client_id: contribution} for every client. Default:'
-      " each client trains a model alone and its contribution is that"
-      " model's accuracy on the common held-out set the width-accuracy curve"
-      " is measured on (the server's validation set with"
-      " --server_held_out_examples, else all clients' validation splits"
-      ' pooled).', resumable=True)
+  contributions_file: str = contributions_file_setting(resumable=True)
 
   def __post_init__(self):
     super().__post_init__()

@@ -11,7 +11,9 @@ Contributions (`iafl_contribution`): 'standalone' (default) measures each
 client's model trained alone on common held-out data before the first
 round, as Aequa does after training (`RunContext.standalone_contributions`),
 and keeps them with the checkpoints (`iafl_contributions/`); 'data_size'
-uses the client's training examples.
+uses the client's training examples. `contributions_file` gives them
+instead (e.g. those an Aequa run of the same clients measured: the same
+standalone models, not trained twice).
 
 Outputs of its own: `client_models/`, `iafl_contributions/` and
 `iafl_rounds.csv` (per round and sampled client: its contribution, how many
@@ -28,6 +30,8 @@ from tff_fair.algorithms import fed_avg
 from tff_fair.algorithms import iafl as iafl_lib
 from tff_fair.evaluation import statistics
 from tff_fair.training import config as config_lib
+from tff_fair.training import experiment as experiment_lib
+from tff_fair.training.recipes import aequa
 from tff_fair.training.recipes import own_models
 
 CONTRIBUTIONS = ('standalone', 'data_size')
@@ -47,6 +51,8 @@ class Settings:
       the server model after a round, in [0, 1].
     iafl_contribution: 'standalone' (each client's model trained alone,
       judged on common held-out data) or 'data_size'.
+    contributions_file: JSON {client_id: contribution} for every client,
+      instead of `iafl_contribution`'s; '' (default): measured.
   """
 
   iafl_kappa: float = config_lib.setting(
@@ -60,15 +66,28 @@ class Settings:
       'standalone', "each client's contribution: standalone (its model"
       ' trained alone, judged on common held-out data before round 1) or'
       ' data_size.', choices=CONTRIBUTIONS)
+  # Read before round 1 and kept: a resumed run cannot change them.
+  contributions_file: str = aequa.contributions_file_setting(resumable=False)
 
   def __post_init__(self):
     config_lib.check_choice('iafl_contribution', self.iafl_contribution,
                             CONTRIBUTIONS)
+    if self.contributions_file and self.iafl_contribution != 'standalone':
+      raise config_lib.ConfigError(
+          f'--iafl_contribution={self.iafl_contribution} and'
+          ' --contributions_file both give the contributions: give one of'
+          ' them.')
     for name in ('iafl_kappa', 'iafl_reset_probability'):
       value = getattr(self, name)
       if not (math.isfinite(value) and 0 <= value <= 1):
         raise config_lib.ConfigError(
             f'{name} must be in [0, 1], got {value}.')
+
+
+def _measures_standalone(settings: Settings) -> bool:
+  """Whether the run trains every client alone to measure contributions."""
+  return (settings.iafl_contribution == 'standalone'
+          and not settings.contributions_file)
 
 
 class Iafl(own_models.RewardedModels):
@@ -86,22 +105,28 @@ class Iafl(own_models.RewardedModels):
                     ' would leave those updates as they are (with the DP'
                     ' aggregator they would leak, unclipped and unnoised, to'
                     ' other clients)',
-      'server_held_out_examples': 'with --iafl_contribution=data_size it'
-                                  ' measures no model on common held-out'
-                                  ' data unless --common_test_evaluation'
-                                  ' is given',
+      'server_held_out_examples': 'with --iafl_contribution=data_size or'
+                                  ' --contributions_file it measures no'
+                                  ' model on common held-out data unless'
+                                  ' --common_test_evaluation is given',
   }
+  output_files = (ROUND_LOG,)
+  client_state_dirs = (own_models.REWARDED_MODELS_DIR, CONTRIBUTIONS_DIR)
+  models_dir = own_models.REWARDED_MODELS_DIR
 
   @classmethod
   def settings_read(cls, config):
     reads = dict(super().settings_read(config))
-    if (config.settings.iafl_contribution != 'standalone'
+    if (not _measures_standalone(config.settings)
         and not config.common_test_evaluation):
       del reads['server_held_out_examples']
     return reads
-  output_files = (ROUND_LOG,)
-  client_state_dirs = (own_models.REWARDED_MODELS_DIR, CONTRIBUTIONS_DIR)
-  models_dir = own_models.REWARDED_MODELS_DIR
+
+  @classmethod
+  def check_client_files(cls, config, client_ids):
+    if config.settings.contributions_file:
+      experiment_lib.load_client_values(config.settings.contributions_file,
+                                        client_ids, 'contribution')
 
   def __init__(self, context):
     super().__init__(context)
@@ -120,10 +145,14 @@ class Iafl(own_models.RewardedModels):
         client_context=True)
 
   def contributions(self) -> dict[str, float]:
-    """Each client's contribution p_i, measured once (then kept)."""
+    """Each client's contribution p_i, measured or read once (then kept)."""
     if self._contributions.value is None:
       context = self.context
-      if self.settings.iafl_contribution == 'standalone':
+      if self.settings.contributions_file:
+        measured = experiment_lib.load_client_values(
+            self.settings.contributions_file, context.client_ids,
+            'contribution')
+      elif _measures_standalone(self.settings):
         _, measured = context.standalone_contributions(
             context.common_held_out()[0])
       else:
