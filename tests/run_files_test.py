@@ -1,6 +1,8 @@
-"""What benchmarks read from a run's metrics.csv: round time, divergence."""
+"""What benchmarks read from a run's files: round time, divergence, and
+whether a finished run needs running again."""
 
 import csv
+import json
 import os
 
 from absl.testing import absltest
@@ -37,6 +39,43 @@ class RunFilesTest(absltest.TestCase):
     silent = self._write([dict(round=1, seconds_train=1.0)])
     self.assertIsNone(run_files.diverged_round(silent))
     self.assertIsNone(run_files.diverged_round(self.create_tempdir().full_path))
+
+  def test_a_finished_run_is_run_again_only_for_other_settings(self):
+    folder = self.create_tempdir().full_path
+    calls = []
+
+    def run(tag):
+      return lambda: calls.append(tag)
+
+    a = dict(rounds=2, widths=(0.5, 1.0))
+    seconds = run_files.run_unless_finished(folder, a, run('a'))
+    # Same settings (a tuple read back as a list is the same): not run, and
+    # the finishing call's time is read back.
+    self.assertEqual(run_files.run_unless_finished(
+        folder, dict(widths=[0.5, 1.0], rounds=2), run('again')), seconds)
+    self.assertEqual(calls, ['a'])
+
+    # Other settings interrupted: the files may be theirs now, so the
+    # first settings run again, then stand.
+    def interrupted():
+      calls.append('b')
+      raise KeyboardInterrupt
+    with self.assertRaises(KeyboardInterrupt):
+      run_files.run_unless_finished(folder, dict(rounds=3), interrupted)
+    self.assertFalse(os.path.exists(
+        os.path.join(folder, run_files.FINISHED_MARK)))
+    run_files.run_unless_finished(folder, a, run('a2'))
+    run_files.run_unless_finished(folder, a, run('a3'))
+    self.assertEqual(calls, ['a', 'b', 'a2'])
+    mark = os.path.join(folder, run_files.FINISHED_MARK)
+    with open(mark) as f:
+      self.assertEqual(json.load(f)['settings'],
+                       dict(rounds=2, widths=[0.5, 1.0]))
+    # A mark of another form is stale: the run runs.
+    with open(mark, 'w') as f:
+      json.dump(dict(rounds=2, widths=[0.5, 1.0]), f)
+    run_files.run_unless_finished(folder, a, run('a4'))
+    self.assertEqual(calls, ['a', 'b', 'a2', 'a4'])
 
 
 if __name__ == '__main__':
