@@ -24,7 +24,8 @@ data and seed) is the same.
 Methods, each its run: post-training Aequa (`aequa`), training-time Aequa
 (`aequa_rewards`), FedAvg + fine-tuning (`fedavg_ft`), CGSV, IAFL and
 standalone training (each client alone, from the Aequa run's
-contributions). Per case:
+contributions; IAFL is given the contributions the Aequa run measured,
+the same standalone models trained once). Per case:
 
 * global accuracy and balanced accuracy on the common test set (the
   clients' test splits pooled): FedAvg-FT's global model, Aequa's at full
@@ -40,8 +41,10 @@ contributions). Per case:
 
 Every case is its own resumable directory under `--output_dir`
 (`<case>/seed<s>/<training settings>`, e.g.
-`rounds=20-source_examples=6000`); an interrupted case resumes. A finished
-case leaves its figures and wall time as a record,
+`rounds=20-source_examples=6000`); an interrupted case resumes, and its
+methods that finished are read back, not evaluated again. A finished
+case leaves its figures and wall time (over its methods, each the
+invocation that finished it) as a record,
 `<records_dir>/<case>/seed<s>.json` (benchmarks/run_records.py),
 and is read back from it, never trained again, so the table is built in
 parts (`--cases=mnist:dirichlet,fashion_mnist:label_skew`) across sessions
@@ -64,7 +67,6 @@ import csv
 import itertools
 import json
 import os
-import time
 from typing import Any, Optional
 
 from absl import app
@@ -77,6 +79,7 @@ from benchmarks import run_files
 from benchmarks import run_records
 from tff_fair import data as data_lib
 from tff_fair import errors
+from tff_fair import files
 from tff_fair.fairness import metrics as fairness_metrics
 from tff_fair.runtime import local as local_runtime
 from tff_fair.training import config as config_lib
@@ -110,6 +113,9 @@ METHODS = {
     'cgsv': ('cgsv', {}, 'personalized', 'global'),
     'iafl': ('iafl', {}, 'personalized', 'global'),
 }
+# Methods whose contributions are Aequa's standalone accuracies: given the
+# case's Aequa run's (`_aequa_contributions`), run before them.
+CONTRIBUTIONS_FROM_AEQUA = ('iafl',)
 COMMON_TEST = run_context.COMMON_TEST
 # Federated rounds (and standalone epochs) per data set. CIFAR's CNN and
 # SST-2's text CNN learn slower than the digits' models: after 20 rounds
@@ -205,18 +211,43 @@ def _read(table: str) -> dict[str, dict[str, tuple[float, float]]]:
   return found
 
 
-def _run(case_dir: str, dataset: str, partition: str, seed: int,
-         method: str) -> dict[str, dict[str, tuple[float, float]]]:
-  """One method's final metrics in a case (trains or resumes it)."""
+def _run(case_dir: str, dataset: str, partition: str, seed: int, method: str
+         ) -> tuple[dict[str, dict[str, tuple[float, float]]], float]:
+  """One method's final metrics in a case and the wall seconds of the
+  invocation that finished it.
+
+  Trains or resumes the method's run; one that finished with the same
+  settings is read back, not evaluated again.
+  """
   algorithm, settings, _, _ = METHODS[method]
   run_dir = os.path.join(case_dir, method)
-  driver.run(registry.make_config(
+  if method in CONTRIBUTIONS_FROM_AEQUA:
+    settings = dict(settings,
+                    contributions_file=_aequa_contributions(case_dir))
+  config = registry.make_config(
       algorithm=algorithm, dataset=dataset, num_clients=10,
       clients_per_round=10, validation_fraction=0.1, test_fraction=0.2,
       common_test_evaluation=True, eval_every=0, seed=seed,
       data_dir=_DATA_DIR.value, output_dir=run_dir,
-      **PARTITIONS[partition], **_training_settings(dataset), **settings))
-  return _read(os.path.join(run_dir, 'clients_final.csv'))
+      **PARTITIONS[partition], **_training_settings(dataset), **settings)
+  seconds = run_files.run_unless_finished(run_dir, config.to_dict(),
+                                          lambda: driver.run(config))
+  return _read(os.path.join(run_dir, 'clients_final.csv')), seconds
+
+
+def _aequa_contributions(case_dir: str) -> str:
+  """A JSON file of the contributions the case's Aequa run measured.
+
+  Each client's model trained alone from the same initial weights for the
+  same epochs, scored on the same common held-out set: the contributions
+  IAFL would measure (bit for bit), without training them twice.
+  """
+  with open(os.path.join(case_dir, 'aequa', 'aequa_allocation.csv')) as f:
+    measured = {row['client']: float(row['contribution'])
+                for row in csv.DictReader(f)}
+  path = os.path.join(case_dir, 'aequa_contributions.json')
+  files.write_atomically(path, lambda f: json.dump(measured, f, indent=1))
+  return path
 
 
 def _records_dir() -> str:
@@ -267,8 +298,11 @@ def _case(dataset: str, partition: str,
       dataset, partition, seed)):
     return figures
   case_dir = _case_dir(dataset, partition, seed)
-  start = time.monotonic()
-  finals = {m: _run(case_dir, dataset, partition, seed, m) for m in METHODS}
+  finals, seconds = {}, 0.0
+  for method in METHODS:
+    finals[method], method_seconds = _run(case_dir, dataset, partition, seed,
+                                          method)
+    seconds += method_seconds
   diverged = {m: r for m in METHODS if (r := run_files.diverged_round(
       os.path.join(case_dir, m))) is not None}
   if diverged:
@@ -298,7 +332,7 @@ def _case(dataset: str, partition: str,
                           gain_spread=fairness['gain_spread'])
   figures = dict(dataset=dataset, partition=partition, seed=seed,
                  standalone_spread=float(alone.max() - alone.min()),
-                 minutes=(time.monotonic() - start) / 60, methods=methods)
+                 minutes=seconds / 60, methods=methods)
   run_records.save(_records_dir(), name,
                    _case_settings(dataset, partition, seed), figures)
   return figures
