@@ -16,7 +16,7 @@ after training, so a finished run may be re-rewarded with other ones.
 import dataclasses
 import math
 import os
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from tff_fair.algorithms import aequa as aequa_lib
 from tff_fair.fairness import contribution
@@ -41,6 +41,20 @@ def contributions_file_setting(resumable: bool) -> Any:
       " pooled); iafl as --iafl_contribution says. An aequa run lists the"
       ' contributions it measured in aequa_allocation.csv.',
       resumable=resumable)
+
+
+def given_contributions(settings: Any, client_ids: Sequence[str]
+                        ) -> Optional[dict[str, float]]:
+  """The values of `settings.contributions_file`, checked against the
+  run's clients; None when no file is given.
+
+  Raises:
+    config.ConfigError: Naming the file and what is wrong with it.
+  """
+  if not settings.contributions_file:
+    return None
+  return experiment_lib.load_client_values(settings.contributions_file,
+                                           client_ids, 'contribution')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,9 +164,7 @@ class Aequa(recipe.Recipe):
 
   @classmethod
   def check_client_files(cls, config, client_ids):
-    if config.settings.contributions_file:
-      experiment_lib.load_client_values(config.settings.contributions_file,
-                                        client_ids, 'contribution')
+    given_contributions(config.settings, client_ids)
 
   def build_process(self):
     settings = self.settings
@@ -183,10 +195,8 @@ class Aequa(recipe.Recipe):
     evaluations = super().final_evaluations(state, global_weights)
     held_out, reward_test = context.common_held_out()
     test_contributions = None
-    if settings.contributions_file:
-      contributions = experiment_lib.load_client_values(
-          settings.contributions_file, data.client_ids, 'contribution')
-    else:
+    contributions = given_contributions(settings, data.client_ids)
+    if contributions is None:
       models, contributions = context.standalone_contributions(held_out)
       standalone = context.final_metrics(
           'standalone', models, variant=experiment_lib.PLAIN)

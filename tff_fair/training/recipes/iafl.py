@@ -30,7 +30,6 @@ from tff_fair.algorithms import fed_avg
 from tff_fair.algorithms import iafl as iafl_lib
 from tff_fair.evaluation import statistics
 from tff_fair.training import config as config_lib
-from tff_fair.training import experiment as experiment_lib
 from tff_fair.training.recipes import aequa
 from tff_fair.training.recipes import own_models
 
@@ -124,9 +123,7 @@ class Iafl(own_models.RewardedModels):
 
   @classmethod
   def check_client_files(cls, config, client_ids):
-    if config.settings.contributions_file:
-      experiment_lib.load_client_values(config.settings.contributions_file,
-                                        client_ids, 'contribution')
+    aequa.given_contributions(config.settings, client_ids)
 
   def __init__(self, context):
     super().__init__(context)
@@ -147,20 +144,20 @@ class Iafl(own_models.RewardedModels):
   def contributions(self) -> dict[str, float]:
     """Each client's contribution p_i, measured or read once (then kept)."""
     if self._contributions.value is None:
-      context = self.context
-      if self.settings.contributions_file:
-        measured = experiment_lib.load_client_values(
-            self.settings.contributions_file, context.client_ids,
-            'contribution')
-      elif _measures_standalone(self.settings):
-        _, measured = context.standalone_contributions(
-            context.common_held_out()[0])
-      else:
-        data = context.experiment.data
-        measured = {cid: float(data.num_examples(cid, 'train'))
-                    for cid in context.client_ids}
-      self._contributions.stage(measured)
+      given = aequa.given_contributions(self.settings, self.context.client_ids)
+      self._contributions.stage(given if given is not None
+                                else self._measure_contributions())
     return self._contributions.value
+
+  def _measure_contributions(self) -> dict[str, float]:
+    context = self.context
+    if self.settings.iafl_contribution == 'standalone':
+      _, measured = context.standalone_contributions(
+          context.common_held_out()[0])
+      return measured
+    data = context.experiment.data
+    return {cid: float(data.num_examples(cid, 'train'))
+            for cid in context.client_ids}
 
   def extra_input(self, client_id):
     return {'contribution': np.float32(self.contributions()[client_id])}
