@@ -1,4 +1,5 @@
-"""What a benchmark reads back from a finished run's files.
+"""What a benchmark reads back from a finished run's files, and whether a
+run it asks for again must run.
 
 Plain Python and absl, no TensorFlow: a benchmark tabulates runs finished
 earlier (`--finished_only`) from their files, not from the process that
