@@ -35,10 +35,15 @@ class IaflTest(tff_test_utils.TffTestCase):
         (dict(iafl_contribution='shapley'), 'Unknown iafl_contribution'),
         (dict(iafl_contribution='data_size', contributions_file='c.json'),
          'both give the contributions'),
+        # Given contributions: no model is measured on the server's sets.
+        (dict(contributions_file='c.json', server_held_out_examples=100),
+         'iafl ignores --server_held_out_examples'),
     ):
       with self.subTest(overrides), self.assertRaisesRegex(
           config_lib.ConfigError, message):
         _config(out, **overrides)
+    # Measured standalone contributions read them.
+    _config(out, server_held_out_examples=100)
 
   def test_standalone_contributions_set_sharing_and_runs_resume_exactly(self):
     straight_dir = self.create_tempdir().full_path
