@@ -79,12 +79,12 @@ from benchmarks import run_files
 from benchmarks import run_records
 from tff_fair import data as data_lib
 from tff_fair import errors
-from tff_fair import files
 from tff_fair.fairness import metrics as fairness_metrics
 from tff_fair.runtime import local as local_runtime
 from tff_fair.training import config as config_lib
 from tff_fair.training import driver
 from tff_fair.training import log_filter
+from tff_fair.training import rewards as rewards_lib
 from tff_fair.training import run_context
 from tff_fair.training.recipes import registry
 
@@ -113,8 +113,11 @@ METHODS = {
     'cgsv': ('cgsv', {}, 'personalized', 'global'),
     'iafl': ('iafl', {}, 'personalized', 'global'),
 }
-# Methods whose contributions are Aequa's standalone accuracies: given the
-# case's Aequa run's (`_aequa_contributions`), run before them.
+# Methods whose contributions are Aequa's standalone accuracies: each
+# client's model trained alone from the same initial weights for the same
+# epochs, scored on the same common held-out set. They are given the ones
+# the case's Aequa run (run before them) measured, the values they would
+# measure (bit for bit), without training every client alone twice.
 CONTRIBUTIONS_FROM_AEQUA = ('iafl',)
 COMMON_TEST = run_context.COMMON_TEST
 # Federated rounds (and standalone epochs) per data set. CIFAR's CNN and
@@ -222,8 +225,8 @@ def _run(case_dir: str, dataset: str, partition: str, seed: int, method: str
   algorithm, settings, _, _ = METHODS[method]
   run_dir = os.path.join(case_dir, method)
   if method in CONTRIBUTIONS_FROM_AEQUA:
-    settings = dict(settings,
-                    contributions_file=_aequa_contributions(case_dir))
+    settings = dict(settings, contributions_file=os.path.join(
+        case_dir, 'aequa', rewards_lib.CONTRIBUTIONS_FILE))
   config = registry.make_config(
       algorithm=algorithm, dataset=dataset, num_clients=10,
       clients_per_round=10, validation_fraction=0.1, test_fraction=0.2,
@@ -233,21 +236,6 @@ def _run(case_dir: str, dataset: str, partition: str, seed: int, method: str
   seconds = run_files.run_unless_finished(run_dir, config.to_dict(),
                                           lambda: driver.run(config))
   return _read(os.path.join(run_dir, 'clients_final.csv')), seconds
-
-
-def _aequa_contributions(case_dir: str) -> str:
-  """A JSON file of the contributions the case's Aequa run measured.
-
-  Each client's model trained alone from the same initial weights for the
-  same epochs, scored on the same common held-out set: the contributions
-  IAFL would measure (bit for bit), without training them twice.
-  """
-  with open(os.path.join(case_dir, 'aequa', 'aequa_allocation.csv')) as f:
-    measured = {row['client']: float(row['contribution'])
-                for row in csv.DictReader(f)}
-  path = os.path.join(case_dir, 'aequa_contributions.json')
-  files.write_atomically(path, lambda f: json.dump(measured, f, indent=1))
-  return path
 
 
 def _records_dir() -> str:

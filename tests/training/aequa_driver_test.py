@@ -126,12 +126,13 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
     # a two-class model is good on its own test split, but on the pool it
     # is right at most on its two classes' share of it.
     out = self.create_tempdir().full_path
-    config = registry.make_config(
+    run_values = dict(
         algorithm='aequa', dataset='digits', partition='label_skew',
         classes_per_client=2, num_clients=4, clients_per_round=4, rounds=6,
         batch_size=16, client_learning_rate=0.1, p_min=0.25,
         width_step=0.25, seed=5, eval_every=0, output_dir=out,
         common_test_evaluation=True)
+    config = registry.make_config(**run_values)
     trainer = driver.Trainer(driver.build_experiment(config))
     result = trainer.run()
     self.assertEqual(set(result.evaluations), {
@@ -196,6 +197,18 @@ class AequaDriverTest(tff_test_utils.TffTestCase):
     for cid, contribution in contributions.items():
       self.assertAlmostEqual(contribution, expected[cid].accuracy,
                              delta=1.5 / n)
+    # The contributions go out in the form --contributions_file reads: the
+    # finished run re-rewarded from that file allocates the same widths,
+    # without training the clients alone again.
+    contributions_path = os.path.join(out, 'aequa_contributions.json')
+    with open(contributions_path) as f:
+      self.assertEqual(json.load(f), contributions)
+    rerewarded = driver.run(registry.make_config(
+        **run_values, contributions_file=contributions_path))
+    self.assertNotIn('standalone', rerewarded.evaluations)
+    with open(os.path.join(out, 'aequa_allocation.csv')) as f:
+      self.assertEqual({r['client']: r['width'] for r in csv.DictReader(f)},
+                       {r['client']: r['width'] for r in allocation})
 
   def test_bad_contributions(self):
     out = self.create_tempdir().full_path

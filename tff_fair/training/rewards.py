@@ -49,6 +49,9 @@ from tff_fair.models import slimmable
 
 # The width-accuracy curve's table.
 CURVE_FILE = 'width_accuracy.csv'
+# The contributions the allocation used, in the form --contributions_file
+# reads: another run (an IAFL run, a re-reward) can take them as given.
+CONTRIBUTIONS_FILE = 'aequa_contributions.json'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,7 +325,8 @@ def write_curve(output_dir: str, widths: Sequence[float],
 def write_tables(
     rewards: Rewards, own_test: Mapping[str, per_client.ClientMetrics],
     output_dir: str) -> None:
-  """width_accuracy.csv, aequa_allocation.csv and aequa_fairness.json.
+  """width_accuracy.csv, aequa_allocation.csv, aequa_contributions.json
+  and aequa_fairness.json.
 
   Args:
     rewards: The result of `assign_rewards`.
@@ -350,6 +354,10 @@ def write_tables(
 
   files.write_atomically(os.path.join(output_dir, 'aequa_allocation.csv'),
                          write_rows)
+  contributions = {cid: float(rewards.contributions[cid])
+                   for cid in rewards.client_ids}
+  files.write_atomically(os.path.join(output_dir, CONTRIBUTIONS_FILE),
+                         lambda f: json.dump(contributions, f, indent=1))
   fairness = dict(
       rewards.report.as_dict(),
       ir_confidence=rewards.ir_confidence,

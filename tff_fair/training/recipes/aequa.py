@@ -9,7 +9,7 @@ width, and reports the rewarded models ('aequa'; 'standalone' too when
 contributions are measured by standalone training).
 
 Outputs of its own: width_accuracy.csv, aequa_allocation.csv,
-aequa_fairness.json and TensorBoard's `aequa/` run. The reward settings act
+aequa_contributions.json, aequa_fairness.json and TensorBoard's `aequa/` run. The reward settings act
 after training, so a finished run may be re-rewarded with other ones.
 """
 
@@ -39,7 +39,8 @@ def contributions_file_setting(resumable: bool) -> Any:
       " is measured on (the server's validation set with"
       " --server_held_out_examples, else all clients' validation splits"
       " pooled); iafl as --iafl_contribution says. An aequa run lists the"
-      ' contributions it measured in aequa_allocation.csv.',
+      f' contributions it used in {rewards_lib.CONTRIBUTIONS_FILE}, which'
+      ' this setting reads.',
       resumable=resumable)
 
 
@@ -160,7 +161,7 @@ class Aequa(recipe.Recipe):
   # Contributions and the width-accuracy curve use the common held-out sets.
   reads = {**config_lib.READS_ALL, 'server_held_out_examples': None}
   output_files = (rewards_lib.CURVE_FILE, 'aequa_allocation.csv',
-                  'aequa_fairness.json')
+                  rewards_lib.CONTRIBUTIONS_FILE, 'aequa_fairness.json')
 
   @classmethod
   def check_client_files(cls, config, client_ids):
