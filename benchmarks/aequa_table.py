@@ -14,9 +14,8 @@ every round, on a stratified subset of `--source_examples` examples of the
 data set (6,000 by default, so about 420 training / 60 validation / 120
 test examples a client; the quantity skew keeps its proportions), each
 data set's default architecture and rates, one local epoch, and each data
-set's round budget (`ROUNDS`: 20 for the digits and clothes, 60 for the
-CIFAR data sets and SST-2, whose models are still near chance after 20
-rounds; `--rounds` sets one budget for all); SST-2's records name its
+set's round budget (`ROUNDS`: 20 for MNIST, 60 for Fashion-MNIST, the
+CIFAR data sets and SST-2; `--rounds` sets one budget for all); SST-2's records name its
 client learning rate (`DATASET_SETTINGS`). The paper trains more
 clients for more rounds; the comparison (six methods on the same clients,
 data and seed) is the same.
@@ -124,7 +123,10 @@ COMMON_TEST = run_context.COMMON_TEST
 # SST-2's text CNN learn slower than the digits' models: after 20 rounds
 # CIFAR-10's global models were near chance under Dirichlet(0.1) and
 # SST-2's below the clients' standalone models even when homogeneous.
-ROUNDS = {'cifar10': 60, 'cifar100': 60, 'sst2': 60}
+# Fashion-MNIST's 20-round global model was within the IR margin of the
+# best clients' standalone models, which then cannot be rewarded above
+# them (docs/benchmarks.md, the 20-round records).
+ROUNDS = {'fashion_mnist': 60, 'cifar10': 60, 'cifar100': 60, 'sst2': 60}
 _DEFAULT_ROUNDS = 20
 # Defaults a data set's records name, so that a change of them re-runs its
 # cases instead of passing for the recorded runs: SST-2's client rate,
@@ -368,16 +370,26 @@ _OVERVIEW_COLUMNS = (
     *(report.Column(f'pearson_{m}', f'Pearson {m}', '.3f') for m in METHODS),
     report.Column('standalone_spread', 'standalone spread', '.3f'),
     report.Column('aequa_minus_fedavg', 'Aequa - FedAvg acc.', '+.4f'),
+    report.Column('aequa_minus_fedavg_lowest', 'lowest seed', '+.4f'),
     report.Column('ir_violations', 'IR violations', '.1f'))
 
 
-def _overview(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _overview(rows: list[dict[str, Any]], cases: list[dict[str, Any]]
+              ) -> list[dict[str, Any]]:
   """A row per case: each method's Pearson, Aequa's full-width accuracy
-  over FedAvg-FT's global model's, Aequa's IR violations (the targets)."""
+  over FedAvg-FT's global model's (the mean and the lowest seed's: one
+  seed's gap is measured on 1,200 test examples), Aequa's IR violations
+  (the targets)."""
   by_case: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
   for row in rows:
     by_case.setdefault((row['dataset'], row['partition']),
                        {})[row['method']] = row
+  gaps: dict[tuple[str, str], list[float]] = {}
+  for case in cases:
+    methods = case['methods']
+    gaps.setdefault((case['dataset'], case['partition']), []).append(
+        methods['aequa']['global_accuracy']
+        - methods['fedavg_ft']['global_accuracy'])
   overview = []
   for (dataset, partition), methods in by_case.items():
     aequa, fedavg = methods['aequa'], methods['fedavg_ft']
@@ -387,6 +399,7 @@ def _overview(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         standalone_spread=aequa['standalone_spread'],
         aequa_minus_fedavg=(aequa['global_accuracy']
                             - fedavg['global_accuracy']),
+        aequa_minus_fedavg_lowest=min(gaps[dataset, partition]),
         ir_violations=aequa['ir_violations']))
   return overview
 
@@ -406,10 +419,11 @@ def _every_finished_case() -> list[dict[str, Any]]:
 
 def _tabulate(results: report.Results) -> list[dict[str, Any]]:
   """Tables every recorded case into `results`; returns the rows."""
-  rows = _rows(_every_finished_case())
+  cases = _every_finished_case()
+  rows = _rows(cases)
   results.table('overview', 'Per case (means over the seeds that'
                 ' finished): Pearson of reward against standalone accuracy'
-                ' by method', _OVERVIEW_COLUMNS, _overview(rows))
+                ' by method', _OVERVIEW_COLUMNS, _overview(rows, cases))
   results.table('cases', 'Each case and method: means over the seeds that'
                 ' finished', _COLUMNS, rows)
   return rows
