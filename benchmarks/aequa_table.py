@@ -15,10 +15,10 @@ data set (6,000 by default, so about 420 training / 60 validation / 120
 test examples a client; the quantity skew keeps its proportions), each
 data set's default architecture and rates, one local epoch, and each data
 set's round budget (`ROUNDS`: 20 for MNIST, 60 for Fashion-MNIST, the
-CIFAR data sets and SST-2; `--rounds` sets one budget for all); SST-2's records name its
-client learning rate (`DATASET_SETTINGS`). The paper trains more
-clients for more rounds; the comparison (six methods on the same clients,
-data and seed) is the same.
+CIFAR data sets and SST-2; `--rounds` sets one budget for all); SST-2's
+records name its client learning rate (`DATASET_SETTINGS`). The paper
+trains more clients for more rounds; the comparison (six methods on the
+same clients, data and seed) is the same.
 
 Methods, each its run: post-training Aequa (`aequa`), training-time Aequa
 (`aequa_rewards`), FedAvg + fine-tuning (`fedavg_ft`), CGSV, IAFL and

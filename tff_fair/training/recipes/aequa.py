@@ -9,8 +9,9 @@ width, and reports the rewarded models ('aequa'; 'standalone' too when
 contributions are measured by standalone training).
 
 Outputs of its own: width_accuracy.csv, aequa_allocation.csv,
-aequa_contributions.json, aequa_fairness.json and TensorBoard's `aequa/` run. The reward settings act
-after training, so a finished run may be re-rewarded with other ones.
+aequa_contributions.json, aequa_fairness.json and TensorBoard's `aequa/`
+run. The reward settings act after training, so a finished run may be
+re-rewarded with other ones.
 """
 
 import dataclasses
