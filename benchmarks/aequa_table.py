@@ -147,15 +147,11 @@ DATASET_SETTINGS = {'sst2': dict(
     client_learning_rate=config_lib.DATASET_DEFAULTS['sst2']
     .client_learning_rate)}
 # Settings of one case beyond its data set's, which its records name.
-# Dirichlet(0.1) leaves nearly every SST-2 client one of the two classes:
-# with the mean update applied by SGD (the paper's FedAvg step) every
-# method's model predicted one class after 60 rounds (FedAvg 0.50 at
-# client rates 0.25 and 0.05; server momentum diverged), so no width could
-# reward a client above a standalone model predicting the other class.
-# With Adam on the server (FedAdam, Reddi et al. 2021) FedAvg's model
-# learns; at 0.01 training-time Aequa's loss exploded, at 0.003 no
-# method's did. The other cases keep the paper's step
-# (docs/benchmarks.md).
+# SST-2 under Dirichlet(0.1): nearly every client holds one class, and
+# with the paper's server step (SGD at 1) the models predict one class,
+# so no width can beat a standalone model of the other class; Adam on
+# the server learns (at 0.01 training-time Aequa diverged). The other
+# cases keep the paper's step (docs/benchmarks.md).
 CASE_SETTINGS = {('sst2', 'dirichlet'): dict(server_optimizer='adam',
                                              server_learning_rate=0.003)}
 _THREE_SEEDS = ('mnist', 'fashion_mnist')
